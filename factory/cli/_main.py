@@ -1,0 +1,29 @@
+"""The ``factory`` command: a thin, lazily loaded click layer over the library."""
+
+from __future__ import annotations
+
+import click
+
+from factory._version import __version__
+from factory.cli._lazy import LazyGroup
+
+__all__ = ["COMMANDS", "main"]
+
+#: Command name -> "module:attribute"; modules are imported only when used.
+COMMANDS = {
+    "db": "factory.cli._db:db",
+    "tasks": "factory.cli._tasks:tasks",
+    "query": "factory.cli._query:query",
+    "runs": "factory.cli._query:runs",
+}
+
+
+@click.group(cls=LazyGroup, lazy_subcommands=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="factory")
+def main() -> None:
+    """factory: turn agent rollouts into training data you can trust.
+
+    Fork N sandboxed agent branches per task, verify and judge them, rank them
+    with power checks, and export DPO / KTO / reward / SFT data for TRL.
+    Everything lands in one DuckDB file (--db, $FACTORY_DB, ./factory.duckdb).
+    """

@@ -1,0 +1,48 @@
+"""``factory query`` and ``factory runs``: read the store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from factory.cli._options import db_option, dump_json, json_option, render_frame, resolve_db
+
+__all__ = ["query", "runs"]
+
+
+@click.command()
+@click.argument("sql")
+@db_option
+@click.option(
+    "--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True,
+    help="Output format.",
+)
+def query(sql: str, db: Path | None, fmt: str) -> None:
+    """Run SQL against the store on a read-only connection.
+
+    Tables: runs, tasks, branches, events, verdicts, judgments, rankings,
+    memory. Example: factory query "SELECT status, count(*) FROM branches GROUP BY 1"
+    """
+    from factory.store import Store
+
+    with Store.open(resolve_db(db), read_only=True) as store:
+        frame = store.query(sql)
+    render_frame(frame, fmt)
+
+
+@click.command()
+@db_option
+@json_option
+def runs(db: Path | None, as_json: bool) -> None:
+    """List runs, newest first, with task, branch, error and event counts."""
+    from factory.store import Store
+
+    with Store.open(resolve_db(db), read_only=True) as store:
+        frame = store.run_summaries()
+    if as_json:
+        click.echo(dump_json(frame.to_dicts()))
+    elif frame.height == 0:
+        click.echo("no runs yet")
+    else:
+        render_frame(frame, "table")

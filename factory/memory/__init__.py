@@ -1,0 +1,3 @@
+"""Memory: winning branches, embedded and retrieved to prime later runs."""
+
+__all__: list[str] = []

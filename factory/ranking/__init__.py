@@ -1,0 +1,3 @@
+"""Ranking: Bradley-Terry strengths with Wilson / McNemar power checks."""
+
+__all__: list[str] = []

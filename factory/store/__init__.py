@@ -1,0 +1,15 @@
+"""DuckDB store: schema, migrations, idempotent writes, Polars reads."""
+
+from factory.store._migrations import MIGRATIONS, Migration, applied_migrations, migrate
+from factory.store._store import Rows, Store, open_store, utc_now
+
+__all__ = [
+    "MIGRATIONS",
+    "Migration",
+    "Rows",
+    "Store",
+    "applied_migrations",
+    "migrate",
+    "open_store",
+    "utc_now",
+]

@@ -1,0 +1,395 @@
+"""The DuckDB store: one file holds everything a run produces.
+
+Writes are batched through Arrow (never row by row) and idempotent: every
+table with a natural key is written with ``INSERT OR REPLACE``, and a branch's
+events are replaced as a set in the same transaction as its branch row, so
+writing a (run, task, branch) again replaces it and never duplicates it.
+
+DuckDB lets one process hold a file read-write; a second writer gets
+:class:`~factory.errors.StoreLockedError` naming the holder, not a corrupt file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import polars as pl
+import pyarrow as pa
+
+from factory.errors import QueryError, StoreError, StoreLockedError, StoreNotFoundError
+from factory.provenance import content_hash
+from factory.settings import default_db_path
+from factory.store._migrations import MIGRATIONS, Migration, applied_migrations, migrate
+
+__all__ = ["Rows", "Store", "open_store", "utc_now"]
+
+#: Rows accepted by the write methods: mappings, or a ready Polars/Arrow table
+#: whose JSON columns already hold JSON text.
+Rows = Sequence[Mapping[str, Any]] | pl.DataFrame | pa.Table
+
+_BRANCH_KEY = ("run_id", "task_id", "branch_index")
+# One encoder for every JSON cell: json.dumps with options builds a new one per call.
+_encode_json = json.JSONEncoder(ensure_ascii=False, default=str).encode
+_JUDGMENT_KEY = ("run_id", "task_id", "judge", "kind", "branch_a", "branch_b", "sample_index", "swapped")
+
+
+def utc_now() -> datetime:
+    """Current UTC time as the naive datetime the store's TIMESTAMP columns hold."""
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def _connect(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
+    try:
+        return duckdb.connect(str(path), read_only=read_only)
+    except duckdb.IOException as exc:
+        text = str(exc)
+        if "lock" in text.lower():
+            pid = re.search(r"PID (\d+)", text)
+            holder = f" (PID {pid.group(1)})" if pid else ""
+            raise StoreLockedError(
+                f"{path} is open for writing by another process{holder}; DuckDB allows one writer "
+                "at a time — wait for it to finish, or use another --db"
+            ) from exc
+        raise StoreError(f"cannot open {path}: {_first_line(exc)}") from exc
+    except duckdb.ConnectionException as exc:
+        raise StoreLockedError(
+            f"{path} is already open in this process in another mode: {_first_line(exc)}"
+        ) from exc
+    except duckdb.Error as exc:
+        raise StoreError(f"cannot open {path}: {_first_line(exc)}") from exc
+
+
+class Store:
+    """A `factory` DuckDB file: idempotent batch writes, Polars reads.
+
+    Open with :meth:`Store.open` (or ``factory.open``); use as a context
+    manager or call :meth:`close`.
+
+    Attributes:
+        path: The database file.
+        read_only: Whether the connection is read-only.
+    """
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, path: Path, read_only: bool):
+        self._con = con
+        self.path = path
+        self.read_only = read_only
+        self._columns = self._load_columns()
+
+    @classmethod
+    def open(
+        cls,
+        path: str | Path | None = None,
+        *,
+        read_only: bool = False,
+        migrations: tuple[Migration, ...] = MIGRATIONS,
+    ) -> Store:
+        """Open (and, read-write, create and migrate) a store.
+
+        Args:
+            path: The DuckDB file; default ``$FACTORY_DB`` or ``./factory.duckdb``.
+            read_only: Open without taking the write lock; the file must exist.
+            migrations: The schema to migrate to (tests pass a prefix to build
+                a database as an older version wrote it).
+
+        Raises:
+            StoreNotFoundError: Read-only and there is no file.
+            StoreLockedError: Another process is writing to the file.
+            MigrationError: The schema cannot be brought up to date.
+        """
+        db = Path(path) if path is not None else default_db_path()
+        if read_only and not db.exists():
+            raise StoreNotFoundError(f"no database at {db} (run `factory fork` first, or pass --db)")
+        if not read_only and not db.parent.exists():
+            raise StoreError(f"cannot create {db}: directory {db.parent} does not exist")
+        con = _connect(db, read_only)
+        try:
+            if not read_only:
+                migrate(con, migrations)
+        except BaseException:
+            con.close()
+            raise
+        return cls(con, db, read_only)
+
+    def close(self) -> None:
+        """Close the connection (releasing the write lock). Safe to call twice."""
+        self._con.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # ---------------------------------------------------------------- schema
+
+    def _load_columns(self) -> dict[str, dict[str, str]]:
+        rows = self._con.execute(
+            "SELECT table_name, column_name, data_type FROM information_schema.columns "
+            "WHERE table_schema = 'main' ORDER BY table_name, ordinal_position"
+        ).fetchall()
+        columns: dict[str, dict[str, str]] = {}
+        for table, column, dtype in rows:
+            columns.setdefault(table, {})[column] = dtype
+        return columns
+
+    def migrations(self) -> list[str]:
+        """Names of the migrations applied to this database, in order."""
+        return applied_migrations(self._con)
+
+    def tables(self) -> list[str]:
+        """Names of the tables in the database."""
+        return sorted(self._columns)
+
+    # ---------------------------------------------------------------- writes
+
+    def _arrow(self, table: str, rows: Rows) -> pa.Table:
+        if isinstance(rows, pa.Table):
+            return rows
+        if isinstance(rows, pl.DataFrame):
+            return rows.to_arrow()
+        schema = self._columns[table]
+        present = list(dict.fromkeys(key for row in rows for key in row))
+        unknown = [key for key in present if key not in schema]
+        if unknown:
+            raise StoreError(f"table {table} has no column(s): {', '.join(unknown)}")
+        data = {}
+        for column in present:
+            values = [row.get(column) for row in rows]
+            if schema[column] == "JSON":
+                values = [None if v is None else _encode_json(v) for v in values]
+            data[column] = values
+        try:
+            return pa.table(data)
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise StoreError(f"rows for table {table} have mixed types: {exc}") from exc
+
+    def _write(self, table: str, rows: Rows, *, replace: bool = True) -> int:
+        self._check_writable()
+        arrow = self._arrow(table, rows)
+        if arrow.num_rows == 0:
+            return 0
+        verb = "INSERT OR REPLACE" if replace else "INSERT"
+        self._con.register("_factory_rows", arrow)
+        try:
+            self._con.execute(f"{verb} INTO {table} BY NAME SELECT * FROM _factory_rows")
+        except duckdb.Error as exc:
+            raise StoreError(f"writing {arrow.num_rows} row(s) to {table} failed: {_first_line(exc)}") from exc
+        finally:
+            _unregister(self._con, "_factory_rows")
+        return arrow.num_rows
+
+    def _transaction(self) -> _Transaction:
+        return _Transaction(self._con)
+
+    def _check_writable(self) -> None:
+        if self.read_only:
+            raise StoreError(f"{self.path} is open read-only")
+
+    def write_run(self, run: Mapping[str, Any]) -> None:
+        """Insert or replace one run row (``run_id`` is the key)."""
+        with self._transaction():
+            self._write("runs", [run])
+
+    def update_run(self, run_id: str, **fields: Any) -> None:
+        """Set some columns of an existing run (e.g. ``status``, ``finished_at``)."""
+        self._check_writable()
+        if not fields:
+            return
+        unknown = [name for name in fields if name not in self._columns["runs"]]
+        if unknown:
+            raise StoreError(f"table runs has no column(s): {', '.join(unknown)}")
+        assignments = ", ".join(f"{name} = ?" for name in fields)
+        values = [json.dumps(v) if self._columns["runs"][k] == "JSON" and v is not None else v
+                  for k, v in fields.items()]
+        self._con.execute(f"UPDATE runs SET {assignments} WHERE run_id = ?", [*values, run_id])
+
+    def write_tasks(self, rows: Rows) -> int:
+        """Insert or replace task rows, keyed by (run_id, task_id)."""
+        with self._transaction():
+            return self._write("tasks", rows)
+
+    def write_branches(self, branches: Rows, events: Rows | None = None) -> int:
+        """Write finished branches and (optionally) their events, atomically.
+
+        Each branch row replaces any earlier row with the same (run_id,
+        task_id, branch_index). When ``events`` is given, every event of those
+        branches already stored is deleted first, so a branch written twice
+        holds exactly its latest events.
+
+        Returns:
+            The number of branch rows written.
+        """
+        self._check_writable()
+        branch_table = self._arrow("branches", branches)
+        event_table = self._arrow("events", events) if events is not None else None
+        with self._transaction():
+            if event_table is not None and branch_table.num_rows:
+                self._delete_events_of_stored(branch_table.select(list(_BRANCH_KEY)))
+            written = self._write("branches", branch_table)
+            if event_table is not None:
+                self._write("events", event_table, replace=False)
+        return written
+
+    def _delete_events_of_stored(self, keys: pa.Table) -> None:
+        # Events are only ever written with their branch row, so a branch not
+        # yet stored has no events: look the keys up in the branches primary
+        # key first and skip the scan of events on a first write.
+        self._con.register("_factory_keys", keys)
+        try:
+            rewritten = self._con.execute(
+                "SELECT count(*) FROM branches b JOIN _factory_keys k USING (run_id, task_id, branch_index)"
+            ).fetchall()[0][0]
+            if rewritten:
+                self._con.execute(
+                    "DELETE FROM events WHERE (run_id, task_id, branch_index) IN "
+                    "(SELECT (run_id, task_id, branch_index) FROM _factory_keys)"
+                )
+        finally:
+            _unregister(self._con, "_factory_keys")
+
+    def write_verdicts(self, rows: Rows) -> int:
+        """Insert or replace verdicts, keyed by (run, task, branch, verifier, version)."""
+        with self._transaction():
+            return self._write("verdicts", rows)
+
+    def write_judgments(self, rows: Sequence[Mapping[str, Any]]) -> int:
+        """Insert or replace judge samples; the key is derived from the identifying columns."""
+        keyed = [{**row, "judgment_id": content_hash([row.get(k) for k in _JUDGMENT_KEY])} for row in rows]
+        with self._transaction():
+            return self._write("judgments", keyed)
+
+    def write_rankings(self, rows: Rows) -> int:
+        """Insert or replace ranking rows, keyed by (run, task, branch)."""
+        with self._transaction():
+            return self._write("rankings", rows)
+
+    # ----------------------------------------------------------------- reads
+
+    def query(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> pl.DataFrame:
+        """Run SQL and return a Polars frame.
+
+        Raises:
+            QueryError: With DuckDB's message on one line.
+        """
+        try:
+            relation = self._con.sql(sql, params=params)
+            if relation is None:  # a statement with no result set
+                return pl.DataFrame()
+            return relation.pl()
+        except duckdb.Error as exc:
+            raise QueryError(" ".join(str(exc).split())) from exc
+
+    def _select(self, table: str, order: str, **filters: Any) -> pl.DataFrame:
+        where = [f"{column} = ?" for column, value in filters.items() if value is not None]
+        params = [value for value in filters.values() if value is not None]
+        clause = f" WHERE {' AND '.join(where)}" if where else ""
+        return self.query(f"SELECT * FROM {table}{clause} ORDER BY {order}", params)
+
+    def runs(self) -> pl.DataFrame:
+        """All runs, newest first."""
+        return self._select("runs", "created_at DESC, run_id")
+
+    def run(self, run_id: str) -> dict[str, Any] | None:
+        """One run as a dict, or None if there is no such run."""
+        frame = self._select("runs", "run_id", run_id=run_id)
+        return frame.row(0, named=True) if frame.height else None
+
+    def tasks(self, run_id: str) -> pl.DataFrame:
+        """The tasks of a run."""
+        return self._select("tasks", "task_id", run_id=run_id)
+
+    def branches(self, run_id: str, task_id: str | None = None) -> pl.DataFrame:
+        """The branches of a run (optionally of one task)."""
+        return self._select("branches", "task_id, branch_index", run_id=run_id, task_id=task_id)
+
+    def events(self, run_id: str, task_id: str | None = None, branch_index: int | None = None) -> pl.DataFrame:
+        """Trajectory events of a run, in order within each branch."""
+        return self._select(
+            "events", "task_id, branch_index, seq",
+            run_id=run_id, task_id=task_id, branch_index=branch_index,
+        )
+
+    def verdicts(self, run_id: str) -> pl.DataFrame:
+        """Every verdict of a run (all verifier versions)."""
+        return self._select("verdicts", "task_id, branch_index, verifier, version", run_id=run_id)
+
+    def judgments(self, run_id: str) -> pl.DataFrame:
+        """Every judge sample of a run."""
+        return self._select("judgments", "task_id, kind, branch_a, branch_b, sample_index", run_id=run_id)
+
+    def rankings(self, run_id: str) -> pl.DataFrame:
+        """The stored ranking of a run."""
+        return self._select("rankings", "task_id, rank", run_id=run_id)
+
+    def run_summaries(self) -> pl.DataFrame:
+        """One row per run with its counts: tasks, branches, errors, events, verdicts."""
+        return self.query(
+            """
+            WITH t AS (SELECT run_id, count(*) AS tasks FROM tasks GROUP BY run_id),
+                 b AS (SELECT run_id, count(*) AS branches, count_if(status = 'error')::BIGINT AS errors
+                       FROM branches GROUP BY run_id),
+                 e AS (SELECT run_id, count(*) AS events FROM events GROUP BY run_id),
+                 v AS (SELECT run_id, count(*) AS verdicts FROM verdicts GROUP BY run_id)
+            SELECT r.run_id, r.created_at, r.status, r.model, r.n_branches,
+                   coalesce(t.tasks, 0) AS tasks, coalesce(b.branches, 0) AS branches,
+                   coalesce(b.errors, 0) AS errors, coalesce(e.events, 0) AS events,
+                   coalesce(v.verdicts, 0) AS verdicts
+            FROM runs r
+            LEFT JOIN t USING (run_id) LEFT JOIN b USING (run_id)
+            LEFT JOIN e USING (run_id) LEFT JOIN v USING (run_id)
+            ORDER BY r.created_at DESC, r.run_id
+            """
+        )
+
+
+class _Transaction:
+    """BEGIN/COMMIT around a block; ROLLBACK if it raises. Nested use joins the outer one."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection):
+        self._con = con
+        self._owner = False
+
+    def __enter__(self) -> None:
+        try:
+            self._con.execute("BEGIN TRANSACTION")
+            self._owner = True
+        except duckdb.TransactionException:
+            self._owner = False  # already inside a transaction
+
+    def __exit__(self, exc_type: object, *rest: object) -> None:
+        if not self._owner:
+            return
+        if exc_type is None:
+            self._con.execute("COMMIT")
+            return
+        self._con.execute("ROLLBACK")
+        for name in _SCRATCH_VIEWS:  # left registered if the failing statement aborted the transaction
+            _unregister(self._con, name)
+
+
+_SCRATCH_VIEWS = ("_factory_rows", "_factory_keys")
+
+
+def _unregister(con: duckdb.DuckDBPyConnection, name: str) -> None:
+    # Inside an aborted transaction DuckDB refuses even this; the transaction's
+    # rollback retries it.
+    with contextlib.suppress(duckdb.Error):
+        con.unregister(name)
+
+
+def open_store(path: str | Path | None = None, *, read_only: bool = False) -> Store:
+    """Open a store; see :meth:`Store.open`."""
+    return Store.open(path, read_only=read_only)
+

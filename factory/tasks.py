@@ -1,0 +1,410 @@
+"""Task schema and loaders (JSONL or YAML).
+
+A task file holds one task per JSONL line, or a YAML list of tasks (optionally
+under a top-level ``tasks:`` key). Loading is all-or-nothing and reports *every*
+problem with its file, line and field, so a user fixes a file in one pass::
+
+    tasks.jsonl:4: field 'prompt': required field is missing
+    tasks.jsonl:7: field 'id': duplicate id 'fix-factorial' (first defined on line 2)
+
+The fields a task carries select the verifiers that apply to it
+(:attr:`Task.verifiers`). The dataset hash is sha256 over the canonical JSON of
+the normalized tasks sorted by id: the same tasks hash the same whether written
+as JSONL or YAML, in any key or line order.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from factory.errors import TaskFileError, TaskProblem
+from factory.provenance import content_hash
+
+__all__ = [
+    "DEFAULT_TEST_COMMAND",
+    "Rules",
+    "Task",
+    "TaskSet",
+    "dataset_hash",
+    "load_tasks",
+    "parse_tasks",
+]
+
+DEFAULT_TEST_COMMAND = "python -m pytest -q"
+
+_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,199}$")
+_JSON_TYPE_NAMES = {
+    dict: "object", list: "array", str: "string", int: "integer",
+    float: "number", bool: "boolean", type(None): "null",
+}
+
+
+def _json_type(value: Any) -> str:
+    return _JSON_TYPE_NAMES.get(type(value), type(value).__name__)
+
+
+def _check_relative_path(path: str) -> str:
+    """Reject paths that could escape a sandbox workspace."""
+    if not path or "\x00" in path or "\\" in path:
+        raise ValueError(f"invalid file path {path!r}")
+    pure = PurePosixPath(path)
+    if pure.is_absolute() or ".." in pure.parts or str(pure) in ("", "."):
+        raise ValueError(f"file path {path!r} must be relative and stay inside the workspace")
+    return str(pure)
+
+
+class Rules(BaseModel):
+    """Programmatic checks for the ``rules`` verifier.
+
+    Attributes:
+        max_chars: Longest allowed final answer, in characters.
+        min_chars: Shortest allowed final answer, in characters.
+        banned_phrases: Case-insensitive phrases that must not appear.
+        required_phrases: Case-insensitive phrases that must appear.
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    max_chars: int | None = Field(default=None, gt=0)
+    min_chars: int | None = Field(default=None, ge=0)
+    banned_phrases: list[str] = Field(default_factory=list)
+    required_phrases: list[str] = Field(default_factory=list)
+
+
+class Task(BaseModel):
+    """One task: a prompt plus what is needed to verify answers to it.
+
+    Attributes:
+        id: Unique id within the file (letters, digits, ``._:@+-``).
+        prompt: What the agent is asked to do.
+        files: Workspace files seeded into each branch's sandbox (path -> text).
+        tests: Test files, mounted read-only; selects the ``tests`` verifier.
+        test_command: Command that runs the tests (default ``python -m pytest -q``).
+        answer: Expected final answer; selects the strict ``answer`` verifier.
+        rubric: Grading rubric; selects the LLM ``judge``.
+        build_command: Build or compile command; selects the ``build`` verifier.
+        json_schema: JSON Schema the output must match; selects ``json-schema``.
+        rules: Programmatic checks; selects the ``rules`` verifier.
+        metadata: Free-form data carried through to exports.
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    id: str
+    prompt: str
+    files: dict[str, str] = Field(default_factory=dict)
+    tests: dict[str, str] = Field(default_factory=dict)
+    test_command: str | None = None
+    answer: str | None = None
+    rubric: str | None = None
+    build_command: str | None = None
+    json_schema: dict[str, Any] | None = None
+    rules: Rules | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("id")
+    @classmethod
+    def _valid_id(cls, value: str) -> str:
+        if not _ID_PATTERN.match(value):
+            raise ValueError(
+                f"invalid id {value!r}: use 1-200 letters, digits or ._:@+- , starting with a letter or digit"
+            )
+        return value
+
+    @field_validator("prompt", "rubric", "test_command", "build_command")
+    @classmethod
+    def _not_blank(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("must not be empty")
+        return value
+
+    @field_validator("answer", mode="before")
+    @classmethod
+    def _answer_text(cls, value: Any) -> Any:
+        # Integers are a natural way to write numeric answers; floats and
+        # booleans are not (1.0 vs 1, true vs True), so they are refused.
+        if isinstance(value, bool) or not isinstance(value, (str, int, type(None))):
+            raise ValueError(f"expected a string or integer, got {_json_type(value)}")
+        if isinstance(value, int):
+            return str(value)
+        if not value.strip():
+            raise ValueError("must not be empty")
+        return value
+
+    @field_validator("files", "tests")
+    @classmethod
+    def _safe_paths(cls, value: dict[str, str]) -> dict[str, str]:
+        return {_check_relative_path(path): text for path, text in value.items()}
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Task:
+        overlap = sorted(set(self.files) & set(self.tests))
+        if overlap:
+            raise ValueError(f"paths in both files and tests: {', '.join(overlap)}")
+        if self.test_command is not None and not self.tests:
+            raise ValueError("test_command is set but tests is empty")
+        return self
+
+    @property
+    def effective_test_command(self) -> str | None:
+        """The command the tests verifier runs, or None without tests."""
+        if not self.tests:
+            return None
+        return self.test_command or DEFAULT_TEST_COMMAND
+
+    @property
+    def verifiers(self) -> tuple[str, ...]:
+        """Names of the verifiers this task's fields select, in a fixed order."""
+        selected = [
+            ("tests", bool(self.tests)),
+            ("build", self.build_command is not None),
+            ("answer", self.answer is not None),
+            ("json-schema", self.json_schema is not None),
+            ("rules", self.rules is not None),
+            ("judge", self.rubric is not None),
+        ]
+        return tuple(name for name, applies in selected if applies)
+
+    def canonical(self) -> dict[str, Any]:
+        """The normalized task as plain JSON data (defaults filled in)."""
+        return self.model_dump(mode="json")
+
+    def task_hash(self) -> str:
+        """sha256 of this task's canonical JSON."""
+        return content_hash(self.canonical())
+
+
+@dataclass(frozen=True)
+class TaskSet:
+    """Tasks loaded from one file, with where each came from.
+
+    Attributes:
+        path: The file the tasks were read from.
+        tasks: The tasks, in file order.
+        lines: Task id -> 1-based line where the task starts.
+        dataset_hash: ``sha256:<hex>`` over the canonical tasks sorted by id.
+    """
+
+    path: Path
+    tasks: tuple[Task, ...]
+    lines: dict[str, int]
+    dataset_hash: str
+
+    def __iter__(self) -> Iterator[Task]:
+        return iter(self.tasks)
+
+    def __len__(self) -> int:
+        return len(self.tasks)
+
+    def __getitem__(self, task_id: str) -> Task:
+        for task in self.tasks:
+            if task.id == task_id:
+                return task
+        raise KeyError(task_id)
+
+
+@dataclass
+class _RawTask:
+    line: int
+    data: Any
+    field_lines: dict[str, int]
+
+
+_PYDANTIC_MESSAGES = {
+    "missing": "required field is missing",
+    "string_type": "expected a string",
+    "int_type": "expected an integer",
+    "dict_type": "expected an object",
+    "model_type": "expected an object",
+    "list_type": "expected an array",
+}
+
+
+def _describe(error: dict[str, Any]) -> str:
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        return "unknown key"
+    if kind in _PYDANTIC_MESSAGES:
+        text = _PYDANTIC_MESSAGES[kind]
+        if kind != "missing":
+            text += f", got {_json_type(error.get('input'))}"
+        return text
+    message = str(error["msg"])
+    return message.removeprefix("Value error, ")
+
+
+def _field_path(loc: tuple[Any, ...]) -> str | None:
+    parts = [str(part) for part in loc]
+    return ".".join(parts) if parts else None
+
+
+def _validate(path: str, raw: list[_RawTask]) -> tuple[list[tuple[Task, int]], list[TaskProblem]]:
+    problems: list[TaskProblem] = []
+    tasks: list[tuple[Task, int]] = []
+    first_line: dict[str, int] = {}
+    allowed = ", ".join(Task.model_fields)
+    for item in raw:
+        if not isinstance(item.data, dict):
+            problems.append(TaskProblem(path, item.line, None, f"expected a task object, got {_json_type(item.data)}"))
+            continue
+        try:
+            task = Task.model_validate(item.data)
+        except ValidationError as exc:
+            for error in exc.errors():
+                field = _field_path(error["loc"])
+                top = str(error["loc"][0]) if error["loc"] else None
+                line = item.field_lines.get(top, item.line) if top else item.line
+                message = _describe(error)
+                if error["type"] == "extra_forbidden" and len(error["loc"]) == 1:
+                    message += f" (allowed: {allowed})"
+                problems.append(TaskProblem(path, line, field, message))
+            continue
+        if task.id in first_line:
+            problems.append(TaskProblem(
+                path, item.field_lines.get("id", item.line), "id",
+                f"duplicate id '{task.id}' (first defined on line {first_line[task.id]})",
+            ))
+            continue
+        first_line[task.id] = item.line
+        tasks.append((task, item.line))
+    return tasks, problems
+
+
+def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise ValueError(f"duplicate key '{key}'")
+        seen[key] = value
+    return seen
+
+
+def _read_jsonl(path: str, text: str) -> tuple[list[_RawTask], list[TaskProblem]]:
+    raw: list[_RawTask] = []
+    problems: list[TaskProblem] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line, object_pairs_hook=_reject_duplicate_keys)
+        except json.JSONDecodeError as exc:
+            problems.append(TaskProblem(path, number, None, f"invalid JSON: {exc.msg} (column {exc.colno})"))
+            continue
+        except ValueError as exc:  # duplicate key
+            problems.append(TaskProblem(path, number, None, f"invalid JSON: {exc}"))
+            continue
+        raw.append(_RawTask(number, data, {}))
+    return raw, problems
+
+
+def _read_yaml(path: str, text: str) -> tuple[list[_RawTask], list[TaskProblem]]:
+    loader = yaml.SafeLoader(text)
+    try:
+        root = loader.get_single_node()
+        if root is None:
+            return [], []
+        if isinstance(root, yaml.MappingNode):
+            keys = {key.value: value for key, value in root.value if isinstance(key, yaml.ScalarNode)}
+            if set(keys) != {"tasks"}:
+                line = root.start_mark.line + 1
+                return [], [TaskProblem(path, line, None, "expected a list of tasks, or a mapping with only 'tasks:'")]
+            root = keys["tasks"]
+        if not isinstance(root, yaml.SequenceNode):
+            return [], [TaskProblem(path, root.start_mark.line + 1, None, "expected a list of tasks")]
+        raw = []
+        for node in root.value:
+            field_lines = {}
+            if isinstance(node, yaml.MappingNode):
+                field_lines = {
+                    str(key.value): key.start_mark.line + 1
+                    for key, _ in node.value if isinstance(key, yaml.ScalarNode)
+                }
+            raw.append(_RawTask(node.start_mark.line + 1, loader.construct_document(node), field_lines))
+        return raw, []
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark else None
+        return [], [TaskProblem(path, line, None, f"invalid YAML: {exc.problem or exc.context}")]
+    except yaml.YAMLError as exc:
+        return [], [TaskProblem(path, None, None, f"invalid YAML: {exc}")]
+    finally:
+        loader.dispose()
+
+
+_READERS = {".jsonl": _read_jsonl, ".ndjson": _read_jsonl, ".yaml": _read_yaml, ".yml": _read_yaml}
+
+
+def _parse(text: str, path: str, fmt: str) -> list[tuple[Task, int]]:
+    reader = _READERS.get(fmt)
+    if reader is None:
+        raise TaskFileError([TaskProblem(
+            path, None, None, f"unsupported task file type '{fmt}' (use {', '.join(_READERS)})"
+        )])
+    raw, problems = reader(path, text)
+    tasks, invalid = _validate(path, raw)
+    problems += invalid
+    if not raw and not problems:
+        problems.append(TaskProblem(path, None, None, "no tasks in file"))
+    if problems:
+        raise TaskFileError(sorted(problems, key=lambda p: p.line or 0))
+    return tasks
+
+
+def parse_tasks(text: str, path: str, fmt: str) -> list[Task]:
+    """Parse task text already read from ``path``.
+
+    Args:
+        text: The file contents.
+        path: Name used in error messages.
+        fmt: A suffix naming the format: ``.jsonl``, ``.ndjson``, ``.yaml`` or ``.yml``.
+
+    Raises:
+        TaskFileError: With every problem found.
+    """
+    return [task for task, _ in _parse(text, path, fmt)]
+
+
+def load_tasks(path: str | Path) -> TaskSet:
+    """Load and validate a task file.
+
+    Args:
+        path: A ``.jsonl``/``.ndjson`` or ``.yaml``/``.yml`` file.
+
+    Returns:
+        The tasks with their line numbers and dataset hash.
+
+    Raises:
+        TaskFileError: If the file is missing, unreadable or has any problem.
+    """
+    file = Path(path)
+    name = str(path)
+    try:
+        data = file.read_bytes()
+    except OSError as exc:
+        raise TaskFileError([TaskProblem(name, None, None, f"cannot read file: {exc.strerror or exc}")]) from exc
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise TaskFileError([TaskProblem(name, line, None, "file is not valid UTF-8")]) from exc
+    parsed = _parse(text, name, file.suffix.lower())
+    tasks = tuple(task for task, _ in parsed)
+    return TaskSet(
+        path=file,
+        tasks=tasks,
+        lines={task.id: line for task, line in parsed},
+        dataset_hash=dataset_hash(tasks),
+    )
+
+
+def dataset_hash(tasks: Iterable[Task]) -> str:
+    """sha256 over the canonical tasks sorted by id (order- and format-independent)."""
+    return content_hash(sorted((t.canonical() for t in tasks), key=lambda t: t["id"]))

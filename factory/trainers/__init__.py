@@ -1,0 +1,3 @@
+"""Trainers: TRL-based training on exported data."""
+
+__all__: list[str] = []

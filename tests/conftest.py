@@ -1,0 +1,43 @@
+"""Shared fixtures: every test gets its own FACTORY_HOME and FACTORY_DB."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from factory.cli import main
+
+
+@pytest.fixture(autouse=True)
+def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Point FACTORY_HOME and FACTORY_DB into the test's temp dir."""
+    home = tmp_path / "factory-home"
+    monkeypatch.setenv("FACTORY_HOME", str(home))
+    monkeypatch.setenv("FACTORY_DB", str(tmp_path / "default.duckdb"))
+    return home
+
+
+@pytest.fixture
+def cli():
+    """Invoke the real `factory` click group in-process; returns the click Result."""
+    runner = CliRunner()
+
+    def invoke(*args: str, input: str | None = None):
+        return runner.invoke(main, [str(a) for a in args], input=input, catch_exceptions=False)
+
+    return invoke
+
+
+@pytest.fixture
+def write_jsonl(tmp_path: Path):
+    """Write lines (dicts are JSON-encoded, strings written verbatim) to a .jsonl file."""
+
+    def write(lines: list, name: str = "tasks.jsonl") -> Path:
+        path = tmp_path / name
+        path.write_text("".join((json.dumps(x) if not isinstance(x, str) else x) + "\n" for x in lines))
+        return path
+
+    return write
