@@ -9,11 +9,23 @@ traceback only for exceptions outside this tree, which are bugs.
     FactoryError                      exit 1
     ├── ConfigError                   exit 2   bad option, environment or config value
     ├── TaskFileError                 exit 2   malformed task file (every problem, file:line)
-    └── StoreError                    exit 1   the DuckDB store
-        ├── StoreNotFoundError        exit 1   no database at that path (read-only open)
-        ├── StoreLockedError          exit 3   another process holds the write lock
-        ├── MigrationError            exit 1   unknown or failed schema migration
-        └── QueryError                exit 2   a user's SQL failed (one clean line)
+    ├── StoreError                    exit 1   the DuckDB store
+    │   ├── StoreNotFoundError        exit 1   no database at that path (read-only open)
+    │   ├── StoreLockedError          exit 3   another process holds the write lock
+    │   ├── MigrationError            exit 1   unknown or failed schema migration
+    │   └── QueryError                exit 2   a user's SQL failed (one clean line)
+    ├── SandboxError                  exit 1   a sandbox could not start or run
+    │   ├── SandboxUnavailableError   exit 1   backend missing here (names the install command)
+    │   └── SandboxPathError          exit 1   a path escapes the workspace (a tool error, not a crash)
+    ├── ModelError                    exit 1   a policy / judge model call failed
+    │   ├── ModelConfigError          exit 2   bad model spec, missing SDK or weights
+    │   ├── RateLimitError            exit 1   429: retried with backoff, concurrency shrinks
+    │   ├── ProviderServerError       exit 1   5xx: retried with backoff
+    │   ├── ProviderTimeoutError      exit 1   timeout / connection error: retried with backoff
+    │   ├── ProviderRequestError      exit 1   4xx other than 429: not retried
+    │   ├── MalformedResponseError    exit 1   a body that is not the protocol: not retried
+    │   └── ReplayMissError           exit 1   replay: no recorded response for a request
+    └── RunError                      exit 1   a fork run cannot start or resume
 """
 
 from __future__ import annotations
@@ -23,8 +35,20 @@ from dataclasses import dataclass
 __all__ = [
     "ConfigError",
     "FactoryError",
+    "MalformedResponseError",
     "MigrationError",
+    "ModelConfigError",
+    "ModelError",
+    "ProviderRequestError",
+    "ProviderServerError",
+    "ProviderTimeoutError",
     "QueryError",
+    "RateLimitError",
+    "ReplayMissError",
+    "RunError",
+    "SandboxError",
+    "SandboxPathError",
+    "SandboxUnavailableError",
     "StoreError",
     "StoreLockedError",
     "StoreNotFoundError",
@@ -105,3 +129,70 @@ class QueryError(StoreError):
     """A user's SQL statement failed."""
 
     exit_code = 2
+
+
+class SandboxError(FactoryError):
+    """A sandbox could not be started or could not run a command."""
+
+
+class SandboxUnavailableError(SandboxError):
+    """The backend cannot run on this machine; the message says how to fix that."""
+
+
+class SandboxPathError(SandboxError):
+    """A path given to a sandbox file operation escapes its workspace."""
+
+
+class ModelError(FactoryError):
+    """A model call failed.
+
+    Attributes:
+        retryable: Whether a retry with backoff may succeed.
+        retry_after: Seconds the server asked to wait, if it said.
+    """
+
+    retryable: bool = False
+
+    def __init__(self, message: str, *, retry_after: float | None = None):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class ModelConfigError(ModelError):
+    """A model spec, SDK install or weight file is wrong."""
+
+    exit_code = 2
+
+
+class RateLimitError(ModelError):
+    """The provider answered 429."""
+
+    retryable = True
+
+
+class ProviderServerError(ModelError):
+    """The provider answered with a 5xx status."""
+
+    retryable = True
+
+
+class ProviderTimeoutError(ModelError):
+    """The request timed out or the connection failed."""
+
+    retryable = True
+
+
+class ProviderRequestError(ModelError):
+    """The provider rejected the request (4xx other than 429)."""
+
+
+class MalformedResponseError(ModelError):
+    """The response body does not follow the provider's protocol."""
+
+
+class ReplayMissError(ModelError):
+    """A replay file holds no response for this request."""
+
+
+class RunError(FactoryError):
+    """A fork run cannot start or resume."""

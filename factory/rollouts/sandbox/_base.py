@@ -1,0 +1,210 @@
+"""The sandbox extension point: one small ABC, implementations registered by name.
+
+A sandbox is where one branch's untrusted, model-written code runs. Backends
+declare the isolation they *guarantee* (:class:`Guarantee`); the conformance
+suite checks every guarantee a backend claims, and the fork runner records
+the backend with the run, so nobody mistakes ``none`` for isolation.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import ClassVar
+
+from factory.errors import ConfigError
+
+__all__ = [
+    "ExecResult",
+    "Guarantee",
+    "Sandbox",
+    "SandboxLimits",
+    "SandboxSpec",
+    "create_sandbox",
+    "register_sandbox",
+    "sandbox_names",
+]
+
+
+class Guarantee(str, Enum):
+    """An isolation property a backend promises."""
+
+    NETWORK = "no-network"
+    ENVIRONMENT = "clean-environment"
+    FILESYSTEM = "no-writes-outside-workspace"
+    READONLY_TESTS = "read-only-tests"
+    TIMEOUT = "timeout-kills-tree"
+    PROCESSES = "process-limit"
+    MEMORY = "memory-limit"
+    OUTPUT = "output-limit"
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Resource limits applied to every command a sandbox runs.
+
+    Attributes:
+        timeout_s: Default wall-clock limit per command; the whole process tree is killed.
+        cpu_seconds: CPU time per command (RLIMIT_CPU).
+        memory_mb: Address space per process (RLIMIT_AS).
+        max_processes: Processes the sandbox may hold at once.
+        max_output_bytes: Captured bytes per stream; past this the command is killed.
+        max_file_mb: Largest file a command may write (RLIMIT_FSIZE).
+        tmp_mb: Size of the sandbox's private /tmp, where the backend has one.
+    """
+
+    timeout_s: float = 60.0
+    cpu_seconds: int = 60
+    memory_mb: int = 1024
+    max_processes: int = 64
+    max_output_bytes: int = 1_000_000
+    max_file_mb: int = 64
+    tmp_mb: int = 64
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """What a new sandbox is seeded with.
+
+    Attributes:
+        files: Workspace files (relative path -> text), writable by the agent.
+        readonly_files: Files (e.g. tests) the agent can read but never change.
+        limits: Resource limits.
+        python: Interpreter made available inside (default: the running one).
+        image: Container image, for container backends.
+        options: Backend-specific settings.
+    """
+
+    files: Mapping[str, str] = field(default_factory=dict)
+    readonly_files: Mapping[str, str] = field(default_factory=dict)
+    limits: SandboxLimits = field(default_factory=SandboxLimits)
+    python: Path | None = None
+    image: str | None = None
+    options: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """The outcome of one command.
+
+    Attributes:
+        exit_code: The process's exit status (negative: killed by that signal).
+        stdout: Captured standard output (decoded, at most the output limit).
+        stderr: Captured standard error (likewise).
+        timed_out: The wall-clock limit killed the process tree.
+        output_truncated: The output limit was hit and the tree was killed.
+        duration_s: Wall-clock seconds.
+    """
+
+    exit_code: int
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+    output_truncated: bool = False
+    duration_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """Exit status 0, not timed out, not truncated."""
+        return self.exit_code == 0 and not self.timed_out and not self.output_truncated
+
+    def describe(self) -> str:
+        """Output and status as one text, the way a tool result shows it."""
+        parts = [self.stdout]
+        if self.stderr:
+            parts.append(self.stderr)
+        status = f"[exit code {self.exit_code}]"
+        if self.timed_out:
+            status = f"[timed out after {self.duration_s:.1f}s; process tree killed]"
+        elif self.output_truncated:
+            status = "[output limit exceeded; process tree killed]"
+        parts.append(status)
+        return "\n".join(part.rstrip("\n") for part in parts if part)
+
+
+class Sandbox(abc.ABC):
+    """An isolated workspace that runs commands; an async context manager.
+
+    Subclasses set :attr:`name` and :attr:`guarantees` and implement the
+    abstract methods. Paths are relative to the workspace root.
+    """
+
+    name: ClassVar[str]
+    guarantees: ClassVar[frozenset[Guarantee]] = frozenset()
+
+    def __init__(self, spec: SandboxSpec):
+        self.spec = spec
+
+    @abc.abstractmethod
+    async def start(self) -> None:
+        """Create the workspace and seed it; must be called before anything else."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Kill anything still running and delete the workspace. Safe to call twice."""
+
+    @abc.abstractmethod
+    async def exec(
+        self, command: str | Sequence[str], timeout: float | None = None, stdin: str | bytes | None = None
+    ) -> ExecResult:
+        """Run ``command`` (a shell string, or an argv list) in the workspace.
+
+        Args:
+            command: ``sh -c`` text, or an argument vector.
+            timeout: Wall-clock seconds (default: the spec's limit).
+            stdin: Data fed to the command's standard input.
+        """
+
+    @abc.abstractmethod
+    async def write_file(self, path: str, content: str | bytes) -> None:
+        """Create or replace a workspace file (parents are created)."""
+
+    @abc.abstractmethod
+    async def read_file(self, path: str) -> str:
+        """Read a workspace file as text (undecodable bytes replaced)."""
+
+    @abc.abstractmethod
+    async def list_files(self, path: str = ".") -> list[str]:
+        """Files under ``path``, recursively, as sorted workspace-relative paths."""
+
+    async def __aenter__(self) -> Sandbox:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+
+_REGISTRY: dict[str, Callable[[SandboxSpec], Sandbox]] = {}
+
+
+def register_sandbox(name: str) -> Callable[[type[Sandbox]], type[Sandbox]]:
+    """Class decorator registering a backend under ``name`` (used by ``--sandbox``)."""
+
+    def decorate(cls: type[Sandbox]) -> type[Sandbox]:
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return decorate
+
+
+def sandbox_names() -> list[str]:
+    """Registered backend names."""
+    return sorted(_REGISTRY)
+
+
+def create_sandbox(name: str, spec: SandboxSpec) -> Sandbox:
+    """Instantiate the backend registered as ``name`` (not yet started).
+
+    Raises:
+        ConfigError: If no backend has that name.
+    """
+    try:
+        factory = _REGISTRY[name]
+    except KeyError:
+        raise ConfigError(f"unknown sandbox '{name}' (choose from: {', '.join(sandbox_names())})") from None
+    return factory(spec)
