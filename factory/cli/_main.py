@@ -12,6 +12,7 @@ __all__ = ["COMMANDS", "main"]
 #: Command name -> "module:attribute"; modules are imported only when used.
 COMMANDS = {
     "db": "factory.cli._db:db",
+    "fork": "factory.cli._fork:fork",
     "tasks": "factory.cli._tasks:tasks",
     "query": "factory.cli._query:query",
     "runs": "factory.cli._query:runs",

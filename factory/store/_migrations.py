@@ -161,6 +161,13 @@ MIGRATIONS: tuple[Migration, ...] = (
         );
         """,
     ),
+    Migration(
+        "0004_branch_rollout_id",
+        """
+        -- One rollout id per (run, task); a branch's session_id is <rollout_id>-b<index>-<uuid>.
+        ALTER TABLE branches ADD COLUMN rollout_id VARCHAR;
+        """,
+    ),
 )
 
 _LEDGER = """

@@ -33,7 +33,8 @@ BACKENDS = [
 ]
 SPEC = SandboxSpec(
     files={"solution.py": "def answer():\n    return 41\n", "pkg/data.txt": "hello\n"},
-    readonly_files={"test_solution.py": "from solution import answer\n\ndef test_answer():\n    assert answer() == 42\n"},
+    readonly_files={
+        "test_solution.py": "from solution import answer\n\ndef test_answer():\n    assert answer() == 42\n"},
     limits=SandboxLimits(timeout_s=20, memory_mb=512, max_processes=48, max_output_bytes=200_000),
 )
 

@@ -1,0 +1,181 @@
+"""``factory fork``: sample N branches per task, each an agent run in its own sandbox."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import click
+
+from factory.cli._options import db_option, dump_json, json_option, resolve_db
+
+__all__ = ["fork", "parse_temperatures"]
+
+
+def parse_temperatures(text: str | None, branches: int) -> tuple[float, ...] | None:
+    """``0.5,0.7,0.9`` (a list, cycled) or ``0.5:0.9`` (evenly spread over the branches)."""
+    from factory.errors import ConfigError
+
+    if not text:
+        return None
+    try:
+        if ":" in text:
+            low, high = (float(part) for part in text.split(":"))
+            if branches == 1:
+                return (low,)
+            return tuple(round(low + (high - low) * b / (branches - 1), 6) for b in range(branches))
+        return tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise ConfigError(
+            f"--temperatures: expected a list like 0.5,0.7 or a range like 0.5:0.9, got {text!r}") from None
+
+
+@click.command()
+@click.argument("tasks_file", metavar="TASKS", required=False, type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--branches", "-n", type=click.IntRange(min=1), default=4, show_default=True, help="Branches per task.")
+@click.option("--model", "model_spec", default="local", show_default=True,
+              help="Policy: local, local:FILE.gguf, openai:MODEL, anthropic:MODEL, vllm:PATH, replay:FILE.")
+@click.option("--base-url", default=None, help="Server URL for openai:/anthropic: (any OpenAI-compatible server).")
+@click.option("--sandbox", default=None, help="Sandbox backend: bwrap (default on Linux), docker, none.")
+@click.option("--concurrency", "-c", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Branches running at once.")
+@click.option("--temperatures", default=None, help="Per-branch temperatures: 0.5,0.6,0.7,0.8 or a range 0.5:0.9.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Base seed; branch b uses seed + b.")
+@click.option("--max-turns", type=click.IntRange(min=1), default=8, show_default=True, help="Model calls per branch.")
+@click.option("--max-tokens", type=click.IntRange(min=1), default=512, show_default=True, help="Tokens per model call.")
+@click.option("--timeout", "command_timeout", type=float, default=60.0, show_default=True,
+              help="Wall-clock seconds per sandbox command.")
+@click.option("--threads", type=int, default=None, help="CPU threads for in-process models (local).")
+@db_option
+@click.option("--run-id", default=None, help="Id for a new run [default: generated].")
+@click.option("--resume", "resume_id", default=None, metavar="RUN_ID",
+              help="Run only the unfinished branches of RUN_ID.")
+@click.option("--retry-errors", is_flag=True, help="With --resume, also re-run branches that ended in error.")
+@click.option("--record", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Append every model response to FILE (replay it with --model replay:FILE).")
+@json_option
+def fork(tasks_file: Path | None, branches: int, model_spec: str, base_url: str | None, sandbox: str | None,
+         concurrency: int, temperatures: str | None, seed: int, max_turns: int, max_tokens: int,
+         command_timeout: float, threads: int | None, db: Path | None, run_id: str | None, resume_id: str | None,
+         retry_errors: bool, record: Path | None, as_json: bool) -> None:
+    """Sample N branches per task from TASKS, each an agent run in its own sandbox.
+
+    Every branch and its events are stored in the DuckDB file as they finish.
+    Ctrl-C stops cleanly, keeping what finished; --resume RUN_ID continues.
+    """
+    from factory.errors import ConfigError
+    from factory.rollouts import AgentConfig, ForkConfig, RolloutForkRunner, fork_summary
+    from factory.rollouts.models import AdaptiveLimiter, ModelOptions, RecordingModel, ResilientModel, create_model
+    from factory.rollouts.sandbox import NoSandboxWarning, SandboxLimits, default_sandbox_name, sandbox_names
+    from factory.store import Store
+    from factory.tasks import load_tasks
+
+    if tasks_file is None and resume_id is None:
+        raise ConfigError("give a TASKS file, or --resume RUN_ID")
+    if run_id and resume_id:
+        raise ConfigError("--run-id and --resume are exclusive")
+    sandbox = sandbox or default_sandbox_name()
+    if sandbox not in sandbox_names():
+        raise ConfigError(f"unknown sandbox '{sandbox}' (choose from: {', '.join(sandbox_names())})")
+    task_set = load_tasks(tasks_file) if tasks_file is not None else None  # bad files fail before any branch
+
+    err = click.get_text_stream("stderr")
+    if sandbox == "none":
+        click.secho("WARNING: --sandbox none runs model-written code with NO isolation "
+                    "(network, host files and processes are reachable).", fg="red", bold=True, err=True)
+        warnings.simplefilter("ignore", NoSandboxWarning)
+
+    store = Store.open(resolve_db(db))
+    try:
+        if resume_id is not None:
+            stored = store.run(resume_id)
+            if stored is None:
+                raise ConfigError(f"no run {resume_id} in {store.path}")
+            manifest = stored["config"]
+            import json
+
+            manifest = json.loads(manifest) if isinstance(manifest, str) else manifest
+            model_spec = stored["model"] if model_spec == "local" and stored["model"] != "local" else model_spec
+            branches = int(manifest["branches"])
+            config_temps = tuple(manifest["sampling"]["temperatures"])
+            config_seeds = tuple(manifest["sampling"]["seeds"])
+            sandbox = manifest["sandbox"]
+            agent = AgentConfig(**manifest["agent"])
+            limits = SandboxLimits(**manifest["limits"])
+        else:
+            config_temps = parse_temperatures(temperatures, branches) or (0.7,)
+            config_seeds = None
+            agent = AgentConfig(max_turns=max_turns, max_tokens=max_tokens, tool_timeout_s=command_timeout)
+            limits = SandboxLimits(timeout_s=command_timeout)
+        config = ForkConfig(branches=branches, concurrency=concurrency, temperatures=config_temps,
+                            seeds=config_seeds, base_seed=seed, sandbox=sandbox, limits=limits, agent=agent)
+        config.sampling()  # validate before starting anything
+
+        model = create_model(model_spec, ModelOptions(base_url=base_url, threads=threads))
+        if record is not None:
+            model = RecordingModel(model, record)
+        model = ResilientModel(model, limiter=AdaptiveLimiter(concurrency))
+        runner = RolloutForkRunner(model, store, config, run_id=resume_id or run_id)
+        tasks = list(task_set) if task_set is not None else runner.stored_tasks()
+        started = time.monotonic()
+        try:
+            asyncio.run(_drive(runner, tasks, str(tasks_file) if tasks_file else None, resume_id is not None,
+                               retry_errors, err))
+        except KeyboardInterrupt:
+            summary = fork_summary(store, runner.run_id, time.monotonic() - started)
+            click.echo(f"\ninterrupted: {summary['branches']} branch(es) of run {runner.run_id} are stored. "
+                       f"Resume with: factory fork --resume {runner.run_id} --db {store.path}", err=True)
+            sys.exit(130)
+        finally:
+            asyncio.run(model.aclose())
+        summary = fork_summary(store, runner.run_id, time.monotonic() - started)
+        summary["retries"] = model.retries
+        summary["rate_limited"] = model.rate_limited
+    finally:
+        store.close()
+    if as_json:
+        click.echo(dump_json(summary))
+    else:
+        _print_summary(summary)
+
+
+async def _drive(runner, tasks, task_file, resume, retry_errors, err) -> None:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    total = len(tasks) * runner.config.branches
+    console = Console(file=err)
+    columns = [TextColumn("[bold]fork[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("errors {task.fields[errors]} · tokens {task.fields[tokens]:,}")]
+    with Progress(*columns, console=console, disable=not err.isatty()) as progress:
+        bar = progress.add_task("fork", total=total, errors=0, tokens=0)
+        if resume:
+            already = runner.store.branches(runner.run_id).height
+            progress.update(bar, completed=already)
+        errors = tokens = 0
+        async for result in runner.run(tasks, task_file=task_file, resume=resume, retry_errors=retry_errors):
+            errors += result.status == "error"
+            tokens += result.usage.input_tokens + result.usage.output_tokens
+            progress.update(bar, advance=1, errors=errors, tokens=tokens)
+
+
+def _print_summary(summary: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"run {summary['run_id']} · {summary['model']} · sandbox {summary['sandbox']}")
+    for column in ("task", "branches", "ok", "max_turns", "errors", "tokens in", "tokens out"):
+        table.add_column(column, justify="left" if column == "task" else "right")
+    for row in summary["per_task"]:
+        table.add_row(row["task_id"], str(row["branches"]), str(row["ok"]), str(row["max_turns"]),
+                      str(row["errors"]), f"{row['input_tokens']:,}", f"{row['output_tokens']:,}")
+    table.add_row("[bold]total[/]", str(summary["branches"]), str(summary["ok"]), str(summary["max_turns"]),
+                  str(summary["errors"]), f"{summary['input_tokens']:,}", f"{summary['output_tokens']:,}")
+    Console().print(table)
+    cost = f"${summary['cost_usd']:.4f}" if summary.get("cost_usd") is not None else "unknown"
+    click.echo(f"{summary['status']} in {summary.get('elapsed_s', 0):.1f}s "
+               f"({summary.get('branches_per_s') or 0:.2f} branches/s), cost {cost}, "
+               f"retries {summary['retries']}; stored in {summary['db']}")

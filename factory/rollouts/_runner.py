@@ -1,0 +1,345 @@
+"""``RolloutForkRunner``: N independent branches per task, each in its own sandbox.
+
+Branches run on a fixed pool of ``concurrency`` workers. Finished branches
+are written to the store in small batches (every ``flush_interval_s`` or
+``flush_max`` branches, whichever comes first) and yielded only once stored,
+so what the caller sees is what survives a crash. A killed run loses at most
+the unflushed window, which ``resume`` runs again: every (task, branch) ends
+up stored exactly once, because writes are keyed by (run, task, branch).
+
+Per-branch sampling: branch ``b`` uses ``temperatures[b]`` and ``seeds[b]``
+for every task, both recorded on the branch row and in the run manifest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import platform
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from factory.errors import ConfigError, RunError
+from factory.provenance import content_hash, git_sha, package_version
+from factory.rollouts._agent import AgentConfig, AgentResult, BranchStatus, ToolCallingAgent
+from factory.rollouts.models import ChatModel, Usage
+from factory.rollouts.sandbox import SandboxLimits, SandboxSpec, create_sandbox
+from factory.store import Store, utc_now
+from factory.tasks import Task, dataset_hash
+
+__all__ = ["BranchResult", "ForkConfig", "RolloutForkRunner", "branch_sampling", "new_run_id"]
+
+
+def new_run_id() -> str:
+    """A sortable, unique run id: ``run-YYYYmmdd-HHMMSS-xxxxxx``."""
+    return datetime.now(timezone.utc).strftime("run-%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+
+
+def branch_sampling(
+    branches: int, temperatures: Sequence[float] | None, seeds: Sequence[int] | None, base_seed: int = 0
+) -> tuple[list[float], list[int]]:
+    """Per-branch temperatures and seeds.
+
+    A temperature list as long as ``branches`` is used as is; a shorter one
+    is cycled. Seeds default to ``base_seed + branch_index``.
+
+    Raises:
+        ConfigError: If a list is longer than ``branches`` or a value is invalid.
+    """
+    temps = list(temperatures or [0.7])
+    if len(temps) > branches:
+        raise ConfigError(f"{len(temps)} temperatures given for {branches} branches")
+    if any(t < 0 for t in temps):
+        raise ConfigError("temperatures must be >= 0")
+    per_branch_temps = [float(temps[b % len(temps)]) for b in range(branches)]
+    if seeds is not None:
+        if len(seeds) != branches:
+            raise ConfigError(f"{len(seeds)} seeds given for {branches} branches")
+        per_branch_seeds = [int(s) for s in seeds]
+    else:
+        per_branch_seeds = [base_seed + b for b in range(branches)]
+    return per_branch_temps, per_branch_seeds
+
+
+@dataclass(frozen=True)
+class ForkConfig:
+    """Settings of a fork run (all recorded in the run manifest).
+
+    Attributes:
+        branches: Branches per task.
+        concurrency: Branches running at once.
+        temperatures: Per-branch temperatures (cycled if shorter than ``branches``).
+        seeds: Per-branch seeds (default ``base_seed + branch_index``).
+        base_seed: See ``seeds``.
+        sandbox: Sandbox backend name.
+        limits: Sandbox limits.
+        agent: Agent settings.
+        flush_interval_s: Longest time a finished branch waits to be stored.
+        flush_max: Finished branches that force a store write.
+    """
+
+    branches: int = 4
+    concurrency: int = 8
+    temperatures: tuple[float, ...] = (0.7,)
+    seeds: tuple[int, ...] | None = None
+    base_seed: int = 0
+    sandbox: str = "bwrap"
+    limits: SandboxLimits = field(default_factory=SandboxLimits)
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    flush_interval_s: float = 0.2
+    flush_max: int = 512
+
+    def sampling(self) -> tuple[list[float], list[int]]:
+        """Per-branch (temperatures, seeds)."""
+        return branch_sampling(self.branches, self.temperatures, self.seeds, self.base_seed)
+
+
+@dataclass
+class BranchResult:
+    """One finished branch, as stored."""
+
+    run_id: str
+    task_id: str
+    branch_index: int
+    rollout_id: str
+    session_id: str
+    temperature: float
+    seed: int
+    model: str
+    status: str
+    final_answer: str | None
+    trajectory: list[dict[str, Any]]
+    tool_call_sequence: list[dict[str, Any]]
+    usage: Usage
+    started_at: datetime
+    finished_at: datetime
+    error: str | None
+    events: list[dict[str, Any]]
+
+    def branch_row(self) -> dict[str, Any]:
+        """The ``branches`` table row."""
+        return {
+            "run_id": self.run_id, "task_id": self.task_id, "branch_index": self.branch_index,
+            "rollout_id": self.rollout_id, "session_id": self.session_id,
+            "temperature": self.temperature, "seed": self.seed,
+            "model": self.model, "status": self.status, "final_answer": self.final_answer,
+            "trajectory": self.trajectory, "tool_call_sequence": self.tool_call_sequence,
+            "usage": asdict(self.usage), "input_tokens": self.usage.input_tokens,
+            "output_tokens": self.usage.output_tokens, "cost_usd": self.usage.cost_usd,
+            "started_at": self.started_at, "finished_at": self.finished_at, "error": self.error,
+        }
+
+    def event_rows(self) -> list[dict[str, Any]]:
+        """The ``events`` table rows."""
+        key = {"run_id": self.run_id, "task_id": self.task_id, "branch_index": self.branch_index}
+        return [{**key, **event} for event in self.events]
+
+
+def _task_from_row(spec: str | dict[str, Any]) -> Task:
+    return Task.model_validate(json.loads(spec) if isinstance(spec, str) else spec)
+
+
+class RolloutForkRunner:
+    """Samples N branches per task and stores each as it finishes.
+
+    Args:
+        model: The policy (wrap it in ``ResilientModel`` for retries).
+        store: An open, writable store.
+        config: Fork settings.
+        run_id: The run's id (new one if None).
+    """
+
+    def __init__(self, model: ChatModel, store: Store, config: ForkConfig, run_id: str | None = None):
+        self.model = model
+        self.store = store
+        self.config = config
+        self.run_id = run_id or new_run_id()
+        self.agent = ToolCallingAgent(model, config.agent)
+        self.interrupted = False
+
+    def rollout_id(self, task_id: str) -> str:
+        """The id shared by a task's branches in this run (stable across resumes)."""
+        return "ro-" + content_hash([self.run_id, task_id])[7:19]
+
+    # ----------------------------------------------------------- manifest
+
+    def manifest(self, tasks: Sequence[Task], task_file: str | None) -> dict[str, Any]:
+        """Everything the run's results depend on."""
+        temperatures, seeds = self.config.sampling()
+        return {
+            "dataset_hash": dataset_hash(tasks),
+            "task_file": task_file,
+            "n_tasks": len(tasks),
+            "model": self.model.spec,
+            "branches": self.config.branches,
+            "sampling": {"temperatures": temperatures, "seeds": seeds, "max_tokens": self.config.agent.max_tokens},
+            "agent": asdict(self.config.agent),
+            "sandbox": self.config.sandbox,
+            "limits": asdict(self.config.limits),
+            "package_version": package_version(),
+            "git_sha": git_sha(Path(__file__).resolve().parent),
+            "python": platform.python_version(),
+            "platform": sys.platform,
+        }
+
+    @staticmethod
+    def config_hash(manifest: dict[str, Any]) -> str:
+        """Hash of the result-determining part of a manifest (not versions or paths)."""
+        keys = ("dataset_hash", "model", "branches", "sampling", "agent", "sandbox", "limits")
+        return content_hash({key: manifest[key] for key in keys})
+
+    def _start_run(self, tasks: Sequence[Task], task_file: str | None) -> None:
+        manifest = self.manifest(tasks, task_file)
+        self.store.write_run({
+            "run_id": self.run_id, "created_at": utc_now(), "status": "running", "task_file": task_file,
+            "dataset_hash": manifest["dataset_hash"], "config_hash": self.config_hash(manifest),
+            "model": self.model.spec, "sandbox": self.config.sandbox, "n_branches": self.config.branches,
+            "package_version": manifest["package_version"], "git_sha": manifest["git_sha"], "config": manifest,
+        })
+        self.store.write_tasks([
+            {"run_id": self.run_id, "task_id": t.id, "task_hash": t.task_hash(), "prompt": t.prompt,
+             "verifiers": list(t.verifiers), "spec": t.canonical()}
+            for t in tasks
+        ])
+
+    def stored_tasks(self) -> list[Task]:
+        """The tasks of this run, as stored (for resuming without the task file)."""
+        frame = self.store.tasks(self.run_id)
+        return [_task_from_row(spec) for spec in frame["spec"].to_list()]
+
+    def _done(self, retry_errors: bool) -> set[tuple[str, int]]:
+        statuses = {BranchStatus.OK, BranchStatus.MAX_TURNS} | (set() if retry_errors else {BranchStatus.ERROR})
+        frame = self.store.branches(self.run_id)
+        return {
+            (row["task_id"], row["branch_index"])
+            for row in frame.select("task_id", "branch_index", "status").iter_rows(named=True)
+            if row["status"] in statuses
+        }
+
+    # ------------------------------------------------------------- running
+
+    async def _run_branch(self, task: Task, index: int, temperature: float, seed: int) -> BranchResult:
+        rollout_id = self.rollout_id(task.id)
+        session_id = f"{rollout_id}-b{index}-{uuid.uuid4().hex[:12]}"
+        started = utc_now()
+        spec = SandboxSpec(files=task.files, readonly_files=task.tests, limits=self.config.limits)
+        try:
+            async with create_sandbox(self.config.sandbox, spec) as sandbox:
+                result = await self.agent.run(task, sandbox, temperature=temperature, seed=seed)
+        except Exception as exc:  # a sandbox that fails to start or close, or a bug: recorded, never lost
+            result = AgentResult(BranchStatus.ERROR, None, self.agent.opening(task), [], [
+                {"seq": 0, "ts": utc_now(), "kind": "error",
+                 "payload": {"type": type(exc).__name__, "message": str(exc)}}], Usage(),
+                error=f"{type(exc).__name__}: {exc}")
+        return BranchResult(
+            run_id=self.run_id, task_id=task.id, branch_index=index,
+            rollout_id=rollout_id, session_id=session_id,
+            temperature=temperature, seed=seed, model=self.model.spec, status=result.status,
+            final_answer=result.final_answer, trajectory=result.messages,
+            tool_call_sequence=result.tool_call_sequence, usage=result.usage, started_at=started,
+            finished_at=utc_now(), error=result.error, events=result.events,
+        )
+
+    def _flush(self, results: list[BranchResult]) -> None:
+        rows = [r.branch_row() for r in results]
+        events = [event for r in results for event in r.event_rows()]
+        self.store.write_branches(rows, events)
+
+    async def run(
+        self,
+        tasks: Sequence[Task],
+        *,
+        task_file: str | None = None,
+        resume: bool = False,
+        retry_errors: bool = False,
+    ) -> AsyncIterator[BranchResult]:
+        """Run every branch not yet stored; yield each result once it is stored, in finishing order.
+
+        Args:
+            tasks: The tasks (on resume, the stored ones when None is passed by the caller).
+            task_file: Where the tasks came from (recorded).
+            resume: Continue an existing run: only unfinished branches run.
+            retry_errors: On resume, run branches that ended in ``error`` again.
+
+        Raises:
+            RunError: Resuming a run that does not exist, or with different tasks or model.
+        """
+        temperatures, seeds = self.config.sampling()
+        existing = self.store.run(self.run_id)
+        if resume:
+            if existing is None:
+                raise RunError(f"no run {self.run_id} to resume in {self.store.path}")
+            if existing["dataset_hash"] != dataset_hash(tasks):
+                raise RunError(f"run {self.run_id} was made from other tasks ({existing['dataset_hash']})")
+            if existing["model"] != self.model.spec:
+                raise RunError(f"run {self.run_id} used model {existing['model']}, not {self.model.spec}")
+            self.store.update_run(self.run_id, status="running", finished_at=None)
+            done = self._done(retry_errors)
+        else:
+            if existing is not None:
+                raise RunError(f"run {self.run_id} already exists; use --resume {self.run_id}")
+            self._start_run(tasks, task_file)
+            done = set()
+
+        plan = [(task, b) for task in tasks for b in range(self.config.branches) if (task.id, b) not in done]
+        todo: asyncio.Queue[tuple[Task, int]] = asyncio.Queue()
+        for item in plan:
+            todo.put_nowait(item)
+        finished: asyncio.Queue[BranchResult] = asyncio.Queue()
+
+        async def worker() -> None:
+            while True:
+                try:
+                    task, index = todo.get_nowait()
+                except asyncio.QueueEmpty:
+                    return
+                finished.put_nowait(await self._run_branch(task, index, temperatures[index], seeds[index]))
+
+        workers = [asyncio.create_task(worker()) for _ in range(min(self.config.concurrency, len(plan)))]
+        buffer: list[BranchResult] = []
+        writing: asyncio.Future | None = None
+        stored = 0
+        completed = False
+        try:
+            while stored < len(plan):
+                buffer.append(await finished.get())
+                deadline = time.monotonic() + self.config.flush_interval_s
+                while len(buffer) < self.config.flush_max and stored + len(buffer) < len(plan):
+                    if not finished.empty():
+                        buffer.append(finished.get_nowait())
+                        continue
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    try:
+                        buffer.append(await asyncio.wait_for(finished.get(), remaining))
+                    except asyncio.TimeoutError:
+                        break
+                batch, buffer = buffer, []
+                # The write runs in a thread so branches keep going; shielded so
+                # that an interrupt waits for it instead of racing it.
+                writing = asyncio.ensure_future(asyncio.to_thread(self._flush, batch))
+                await asyncio.shield(writing)
+                stored += len(batch)
+                for result in batch:
+                    yield result
+            completed = True
+        finally:
+            for task in workers:
+                task.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+            if writing is not None and not writing.done():
+                await asyncio.wait([writing])
+            while not finished.empty():  # finished while we were stopping: keep them
+                buffer.append(finished.get_nowait())
+            if buffer:
+                self._flush(buffer)
+            self.interrupted = not completed
+            self.store.update_run(self.run_id, status="finished" if completed else "interrupted",
+                                  finished_at=utc_now())

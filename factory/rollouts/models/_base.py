@@ -1,0 +1,217 @@
+"""The chat-model extension point: a small protocol, providers registered by prefix.
+
+Messages use the OpenAI chat shape, which is also what TRL's conversational
+datasets hold: ``{"role": "system" | "user" | "assistant" | "tool",
+"content": str}``; an assistant turn may carry ``tool_calls`` (``[{"id",
+"type": "function", "function": {"name", "arguments": dict}}]``) and a tool
+turn carries ``tool_call_id`` and ``name``. Providers translate to and from
+their wire formats at the boundary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from factory.errors import ModelConfigError
+
+__all__ = [
+    "ChatModel",
+    "ChatResponse",
+    "Message",
+    "ModelOptions",
+    "ToolCall",
+    "ToolSpec",
+    "Usage",
+    "create_model",
+    "model_prefixes",
+    "register_model",
+]
+
+Message = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool offered to the model.
+
+    Attributes:
+        name: The tool's name (a contract: clients call it by this name).
+        description: What it does, for the model.
+        parameters: JSON Schema of its arguments object.
+    """
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+
+    def openai_schema(self) -> dict[str, Any]:
+        """The ``{"type": "function", "function": {...}}`` form."""
+        return {"type": "function", "function": {
+            "name": self.name, "description": self.description, "parameters": dict(self.parameters)}}
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A tool call the model asked for.
+
+    Attributes:
+        id: Provider-assigned id (echoed back in the tool result).
+        name: Tool name.
+        arguments: Parsed arguments; empty when they did not parse.
+        error: Why the arguments could not be parsed, if they could not.
+    """
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+    error: str | None = None
+
+    def as_message_part(self) -> dict[str, Any]:
+        """The ``tool_calls`` entry of an assistant message."""
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Tokens and cost of one call (cost is None where no price is known)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float | None = None
+
+    def __add__(self, other: Usage) -> Usage:
+        cost = None if self.cost_usd is None and other.cost_usd is None else \
+            (self.cost_usd or 0.0) + (other.cost_usd or 0.0)
+        return Usage(self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens, cost)
+
+
+@dataclass(frozen=True)
+class ChatResponse:
+    """One model reply.
+
+    Attributes:
+        text: The reply's text (may be empty when it only calls tools).
+        tool_calls: Tool calls, in order.
+        usage: Tokens and cost.
+        finish_reason: Why generation stopped, as the provider said.
+    """
+
+    text: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    usage: Usage = field(default_factory=Usage)
+    finish_reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (for replay files and events)."""
+        return {
+            "text": self.text,
+            "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments, "error": c.error}
+                           for c in self.tool_calls],
+            "usage": {"input_tokens": self.usage.input_tokens, "output_tokens": self.usage.output_tokens,
+                      "cost_usd": self.usage.cost_usd},
+            "finish_reason": self.finish_reason,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ChatResponse:
+        """Inverse of :meth:`to_dict` (missing fields take defaults)."""
+        calls = tuple(
+            ToolCall(str(c.get("id") or f"call_{i}"), str(c["name"]), dict(c.get("arguments") or {}), c.get("error"))
+            for i, c in enumerate(data.get("tool_calls") or ())
+        )
+        usage = data.get("usage") or {}
+        return cls(
+            text=str(data.get("text") or ""),
+            tool_calls=calls,
+            usage=Usage(int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0),
+                        usage.get("cost_usd")),
+            finish_reason=data.get("finish_reason"),
+        )
+
+
+@runtime_checkable
+class ChatModel(Protocol):
+    """A policy or judge model.
+
+    Attributes:
+        spec: The spec it was created from, e.g. ``openai:gpt-4o-mini``.
+    """
+
+    spec: str
+
+    async def chat(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec] | None = None,
+        *,
+        temperature: float = 0.7,
+        seed: int | None = None,
+        max_tokens: int = 1024,
+    ) -> ChatResponse:
+        """Return the model's next turn.
+
+        Raises:
+            ModelError: A subclass that says whether a retry may help.
+        """
+        ...
+
+    async def aclose(self) -> None:
+        """Release clients, engines and threads."""
+        ...
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    """Provider settings from the command line or config.
+
+    Attributes:
+        base_url: Server URL for OpenAI-compatible (or Anthropic) endpoints.
+        api_key: Key; default from the provider's usual environment variable.
+        timeout_s: Per-request timeout.
+        threads: CPU threads for in-process engines.
+        context: Context window for in-process engines.
+        extra: Provider-specific settings.
+    """
+
+    base_url: str | None = None
+    api_key: str | None = None
+    timeout_s: float = 120.0
+    threads: int | None = None
+    context: int = 4096
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+_REGISTRY: dict[str, Callable[[str, ModelOptions], ChatModel]] = {}
+
+
+def register_model(prefix: str) -> Callable[[Callable[[str, ModelOptions], ChatModel]], Callable[..., ChatModel]]:
+    """Register a provider factory ``(name, options) -> ChatModel`` under ``prefix``."""
+
+    def decorate(factory: Callable[[str, ModelOptions], ChatModel]) -> Callable[..., ChatModel]:
+        _REGISTRY[prefix] = factory
+        return factory
+
+    return decorate
+
+
+def model_prefixes() -> list[str]:
+    """Registered provider prefixes."""
+    return sorted(_REGISTRY)
+
+
+def create_model(spec: str, options: ModelOptions | None = None) -> ChatModel:
+    """Build a model from ``PREFIX:NAME`` (``local`` alone means the embedded default).
+
+    Raises:
+        ModelConfigError: Unknown prefix, or the provider cannot be set up.
+    """
+    prefix, _, name = spec.partition(":")
+    factory = _REGISTRY.get(prefix)
+    if factory is None:
+        raise ModelConfigError(
+            f"unknown model provider '{prefix}' in '{spec}' "
+            f"(use one of: {', '.join(p + ':' for p in model_prefixes())})"
+        )
+    return factory(name, options or ModelOptions())
