@@ -1,13 +1,22 @@
 # Set-up and entry points. Everything installs from this repository's files
-# into ./.venv; nothing is fetched at run time except packages by name.
+# into ./.venv (packages by name from the package index; bubblewrap from the
+# system's package manager); nothing is fetched at run time.
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-EXTRAS ?= dev
+EXTRAS ?= dev,local,openai,anthropic,docker
+# Building llama-cpp-python takes minutes on 2 cores; the LLaVA part is not needed.
+export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
 
-.PHONY: setup demo test bench lint clean
+.PHONY: setup system-deps demo test bench lint clean
 
-setup: $(VENV)/.installed
+setup: system-deps $(VENV)/.installed
+
+system-deps:
+	@command -v bwrap >/dev/null || { \
+	  echo "installing bubblewrap (the default sandbox)"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq bubblewrap; }
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -15,12 +24,10 @@ $(VENV)/.installed: pyproject.toml Makefile
 	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]'
 	touch $@
 
-## The main job on the embedded defaults.
+## The main job on the embedded defaults: fork the example tasks on the packaged model in bwrap sandboxes.
 demo: setup
 	$(VENV)/bin/factory tasks validate examples/tasks.jsonl
-	$(VENV)/bin/factory tasks validate examples/tasks.yaml
-	$(VENV)/bin/factory db migrate
-	$(VENV)/bin/factory db info
+	$(VENV)/bin/factory fork examples/tasks.jsonl --branches 2 --max-turns 4 --max-tokens 256
 	$(VENV)/bin/factory runs
 
 ## The full test suite.
@@ -30,6 +37,7 @@ test: setup
 ## Benchmarks (on demand; they print figures and ratios against a baseline).
 bench: setup
 	$(PY) bench/bench_store.py
+	$(PY) bench/bench_fork.py
 
 lint: setup
 	$(VENV)/bin/ruff check factory tests bench

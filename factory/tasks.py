@@ -133,8 +133,8 @@ class Task(BaseModel):
         # booleans are not (1.0 vs 1, true vs True), so they are refused.
         if isinstance(value, bool) or not isinstance(value, (str, int, type(None))):
             raise ValueError(f"expected a string or integer, got {_json_type(value)}")
-        if isinstance(value, int):
-            return str(value)
+        if value is None or isinstance(value, int):
+            return None if value is None else str(value)
         if not value.strip():
             raise ValueError("must not be empty")
         return value

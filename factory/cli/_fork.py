@@ -82,7 +82,7 @@ def fork(tasks_file: Path | None, branches: int, model_spec: str, base_url: str 
         raise ConfigError(f"unknown sandbox '{sandbox}' (choose from: {', '.join(sandbox_names())})")
     task_set = load_tasks(tasks_file) if tasks_file is not None else None  # bad files fail before any branch
 
-    err = click.get_text_stream("stderr")
+    err = sys.stderr
     if sandbox == "none":
         click.secho("WARNING: --sandbox none runs model-written code with NO isolation "
                     "(network, host files and processes are reachable).", fg="red", bold=True, err=True)

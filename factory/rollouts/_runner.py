@@ -261,6 +261,9 @@ class RolloutForkRunner:
     ) -> AsyncIterator[BranchResult]:
         """Run every branch not yet stored; yield each result once it is stored, in finishing order.
 
+        Close the iterator when stopping early (``contextlib.aclosing``): that
+        stores what finished and marks the run ``interrupted``.
+
         Args:
             tasks: The tasks (on resume, the stored ones when None is passed by the caller).
             task_file: Where the tasks came from (recorded).
@@ -303,7 +306,6 @@ class RolloutForkRunner:
 
         workers = [asyncio.create_task(worker()) for _ in range(min(self.config.concurrency, len(plan)))]
         buffer: list[BranchResult] = []
-        writing: asyncio.Future | None = None
         stored = 0
         completed = False
         try:
@@ -322,20 +324,18 @@ class RolloutForkRunner:
                     except asyncio.TimeoutError:
                         break
                 batch, buffer = buffer, []
-                # The write runs in a thread so branches keep going; shielded so
-                # that an interrupt waits for it instead of racing it.
-                writing = asyncio.ensure_future(asyncio.to_thread(self._flush, batch))
-                await asyncio.shield(writing)
+                # The write runs in a thread so branches keep going meanwhile.
+                await asyncio.to_thread(self._flush, batch)
                 stored += len(batch)
                 for result in batch:
                     yield result
             completed = True
         finally:
+            # Everything that keeps data runs before the first await: an
+            # abandoned iterator is closed during loop shutdown, when awaits
+            # get cancelled. The store serializes these with a flush still in flight.
             for task in workers:
                 task.cancel()
-            await asyncio.gather(*workers, return_exceptions=True)
-            if writing is not None and not writing.done():
-                await asyncio.wait([writing])
             while not finished.empty():  # finished while we were stopping: keep them
                 buffer.append(finished.get_nowait())
             if buffer:
@@ -343,3 +343,4 @@ class RolloutForkRunner:
             self.interrupted = not completed
             self.store.update_run(self.run_id, status="finished" if completed else "interrupted",
                                   finished_at=utc_now())
+            await asyncio.gather(*workers, return_exceptions=True)

@@ -12,12 +12,14 @@ DuckDB lets one process hold a file read-write; a second writer gets
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import re
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import duckdb
 import polars as pl
@@ -34,6 +36,7 @@ __all__ = ["Rows", "Store", "open_store", "utc_now"]
 #: whose JSON columns already hold JSON text.
 Rows = Sequence[Mapping[str, Any]] | pl.DataFrame | pa.Table
 
+T = TypeVar("T")
 _BRANCH_KEY = ("run_id", "task_id", "branch_index")
 # One encoder for every JSON cell: json.dumps with options builds a new one per call.
 _encode_json = json.JSONEncoder(ensure_ascii=False, default=str).encode
@@ -43,6 +46,17 @@ _JUDGMENT_KEY = ("run_id", "task_id", "judge", "kind", "branch_a", "branch_b", "
 def utc_now() -> datetime:
     """Current UTC time as the naive datetime the store's TIMESTAMP columns hold."""
     return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+def _locked(method: Callable[..., T]) -> Callable[..., T]:
+    """Serialize calls on one store: a DuckDB connection is not safe to share between threads."""
+
+    @functools.wraps(method)
+    def wrapper(self: Store, *args: Any, **kwargs: Any) -> T:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return wrapper
 
 
 def _first_line(exc: BaseException) -> str:
@@ -83,6 +97,7 @@ class Store:
 
     def __init__(self, con: duckdb.DuckDBPyConnection, path: Path, read_only: bool):
         self._con = con
+        self._lock = threading.RLock()
         self.path = path
         self.read_only = read_only
         self._columns = self._load_columns()
@@ -122,8 +137,9 @@ class Store:
             raise
         return cls(con, db, read_only)
 
+    @_locked
     def close(self) -> None:
-        """Close the connection (releasing the write lock). Safe to call twice."""
+        """Close the connection (releasing the write lock). Safe to call twice; thread-safe like every method."""
         self._con.close()
 
     def __enter__(self) -> Store:
@@ -144,6 +160,7 @@ class Store:
             columns.setdefault(table, {})[column] = dtype
         return columns
 
+    @_locked
     def migrations(self) -> list[str]:
         """Names of the migrations applied to this database, in order."""
         return applied_migrations(self._con)
@@ -197,11 +214,13 @@ class Store:
         if self.read_only:
             raise StoreError(f"{self.path} is open read-only")
 
+    @_locked
     def write_run(self, run: Mapping[str, Any]) -> None:
         """Insert or replace one run row (``run_id`` is the key)."""
         with self._transaction():
             self._write("runs", [run])
 
+    @_locked
     def update_run(self, run_id: str, **fields: Any) -> None:
         """Set some columns of an existing run (e.g. ``status``, ``finished_at``)."""
         self._check_writable()
@@ -215,11 +234,13 @@ class Store:
                   for k, v in fields.items()]
         self._con.execute(f"UPDATE runs SET {assignments} WHERE run_id = ?", [*values, run_id])
 
+    @_locked
     def write_tasks(self, rows: Rows) -> int:
         """Insert or replace task rows, keyed by (run_id, task_id)."""
         with self._transaction():
             return self._write("tasks", rows)
 
+    @_locked
     def write_branches(self, branches: Rows, events: Rows | None = None) -> int:
         """Write finished branches and (optionally) their events, atomically.
 
@@ -259,17 +280,20 @@ class Store:
         finally:
             _unregister(self._con, "_factory_keys")
 
+    @_locked
     def write_verdicts(self, rows: Rows) -> int:
         """Insert or replace verdicts, keyed by (run, task, branch, verifier, version)."""
         with self._transaction():
             return self._write("verdicts", rows)
 
+    @_locked
     def write_judgments(self, rows: Sequence[Mapping[str, Any]]) -> int:
         """Insert or replace judge samples; the key is derived from the identifying columns."""
         keyed = [{**row, "judgment_id": content_hash([row.get(k) for k in _JUDGMENT_KEY])} for row in rows]
         with self._transaction():
             return self._write("judgments", keyed)
 
+    @_locked
     def write_rankings(self, rows: Rows) -> int:
         """Insert or replace ranking rows, keyed by (run, task, branch)."""
         with self._transaction():
@@ -277,6 +301,7 @@ class Store:
 
     # ----------------------------------------------------------------- reads
 
+    @_locked
     def query(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> pl.DataFrame:
         """Run SQL and return a Polars frame.
 

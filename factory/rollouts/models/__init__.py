@@ -18,6 +18,7 @@ from factory.rollouts.models._base import (
     model_prefixes,
     register_model,
 )
+from factory.rollouts.models._gguf import read_gguf_metadata
 from factory.rollouts.models._http_errors import error_for_status, retry_after_seconds
 from factory.rollouts.models._local import LocalChatModel
 from factory.rollouts.models._openai import OpenAIChatModel, to_openai_messages
@@ -57,6 +58,7 @@ __all__ = [
     "error_for_status",
     "model_prefixes",
     "parse_text_tool_calls",
+    "read_gguf_metadata",
     "register_model",
     "render_chat_template",
     "request_key",

@@ -18,6 +18,7 @@ from typing import Any
 
 from factory.errors import ModelConfigError, ModelError
 from factory.rollouts.models._base import ChatResponse, Message, ModelOptions, ToolSpec, Usage, register_model
+from factory.rollouts.models._gguf import read_gguf_metadata
 from factory.rollouts.models._text_tools import parse_text_tool_calls, render_chat_template
 from factory.rollouts.models._weights import ensure_weights
 
@@ -36,18 +37,17 @@ class LocalChatModel:
                 "pip install 'factory-rlaif[local]'") from exc
         if not path.is_file():
             raise ModelConfigError(f"local: no GGUF file at {path}")
+        # Refuse before loading: without the model's own template the prompt format would be a guess.
+        if not read_gguf_metadata(path).get("tokenizer.chat_template"):
+            raise ModelConfigError(f"local: {path} has no chat template (tokenizer.chat_template); "
+                                   "use a GGUF converted with its chat template")
         threads = options.threads or int(os.environ.get("FACTORY_THREADS", "0")) or os.cpu_count() or 1
         try:
             self._llm = Llama(model_path=str(path), n_ctx=options.context, n_threads=threads,
                               n_threads_batch=threads, verbose=False)
         except (ValueError, RuntimeError) as exc:
             raise ModelConfigError(f"local: cannot load {path}: {exc}") from exc
-        template = self._llm.metadata.get("tokenizer.chat_template")
-        if not template:
-            self._llm.close()
-            raise ModelConfigError(f"local: {path} has no chat template (tokenizer.chat_template); "
-                                   "use a GGUF converted with its chat template")
-        self._template = template
+        self._template = self._llm.metadata["tokenizer.chat_template"]
         self._eos = self._token_text("tokenizer.ggml.eos_token_id")
         self._bos = self._token_text("tokenizer.ggml.bos_token_id")
         self._lock = asyncio.Lock()

@@ -1,0 +1,140 @@
+"""``factory fork`` end to end: real CLI process, real store, real sandboxes, replay model."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+
+from factory.store import Store
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def fork_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "factory.cli", "fork", *map(str, args)]
+
+
+def write_replay(path: Path, delay_s: float = 0.0) -> Path:
+    entries = [{"response": {"text": "thinking...\nFinal: 42", "usage": {"input_tokens": 20, "output_tokens": 6}},
+                "delay_s": delay_s}]
+    path.write_text("".join(json.dumps(e) + "\n" for e in entries))
+    return path
+
+
+def write_tasks(path: Path, count: int) -> Path:
+    path.write_text("".join(json.dumps({"id": f"t{i:03d}", "prompt": f"What is {i} + {i}?", "answer": str(2 * i)})
+                            + "\n" for i in range(count)))
+    return path
+
+
+def test_fork_json_summary_and_store(tmp_path):
+    db = tmp_path / "f.duckdb"
+    replay = write_replay(tmp_path / "r.jsonl")
+    result = subprocess.run(fork_cmd(EXAMPLES / "tasks.jsonl", "--model", f"replay:{replay}", "--db", db,
+                                     "-n", 4, "--temperatures", "0.5:0.8", "--json"),
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["status"] == "finished" and summary["tasks"] == 11 and summary["branches"] == 44
+    assert summary["errors"] == 0 and summary["input_tokens"] == 44 * 20
+    with Store.open(db, read_only=True) as store:
+        temps = store.query("SELECT DISTINCT temperature FROM branches ORDER BY 1")["temperature"].to_list()
+        assert temps == [0.5, 0.6, 0.7, 0.8]
+        assert store.run(summary["run_id"])["sandbox"] == "bwrap"
+
+
+def test_malformed_task_file_is_rejected_before_any_branch(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "a", "prompt": "ok"}\n{"id": "b"}\n')
+    db = tmp_path / "never.duckdb"
+    result = subprocess.run(fork_cmd(bad, "--model", "replay:/nonexistent", "--db", db),
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert f"{bad}:2: field 'prompt': required field is missing" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not db.exists()
+
+
+def test_sandbox_none_warns_loudly(tmp_path):
+    replay = write_replay(tmp_path / "r.jsonl")
+    result = subprocess.run(fork_cmd(write_tasks(tmp_path / "t.jsonl", 2), "--model", f"replay:{replay}",
+                                     "--sandbox", "none", "--db", tmp_path / "f.duckdb", "-n", 1),
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0
+    assert "NO isolation" in result.stderr
+
+
+def test_ctrl_c_keeps_finished_branches_and_resume_completes(tmp_path):
+    db = tmp_path / "f.duckdb"
+    tasks = write_tasks(tmp_path / "t.jsonl", 30)
+    replay = write_replay(tmp_path / "r.jsonl", delay_s=0.25)
+    proc = subprocess.Popen(fork_cmd(tasks, "--model", f"replay:{replay}", "--db", db, "-n", 2, "-c", 2,
+                                     "--run-id", "ctrlc"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(3)  # the whole run needs about 8 s
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Resume with: factory fork --resume ctrlc" in err and "Traceback" not in err
+    with Store.open(db, read_only=True) as store:
+        assert store.run("ctrlc")["status"] == "interrupted"
+        kept = store.branches("ctrlc").height
+    assert 0 < kept < 60
+    result = subprocess.run(fork_cmd("--resume", "ctrlc", "--model", f"replay:{replay}", "--db", db, "--json"),
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["branches"] == 60
+
+
+def test_kill_9_at_random_moments_loses_nothing_and_duplicates_nothing(tmp_path):
+    """kill -9 the fork process five times, resuming each time; every (task, branch) is stored exactly once."""
+    db = tmp_path / "f.duckdb"
+    tasks = write_tasks(tmp_path / "t.jsonl", 60)
+    replay = write_replay(tmp_path / "r.jsonl", delay_s=0.2)  # about 12 s of work at concurrency 4
+    rng = random.Random(1234)
+    kills = 0
+    for _attempt in range(12):
+        exists = db.exists() and _run_exists(db, "k9")
+        args = ["--resume", "k9"] if exists else [tasks, "--run-id", "k9"]
+        proc = subprocess.Popen(fork_cmd(*args, "--model", f"replay:{replay}", "--db", db, "-n", 4, "-c", 4),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if kills < 5:
+            time.sleep(rng.uniform(1.0, 2.5))
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGKILL)
+                kills += 1
+            proc.wait(timeout=30)
+            continue
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+        break
+    assert kills == 5
+    with Store.open(db, read_only=True) as store:
+        counts = store.query("SELECT count(*), count(DISTINCT (task_id, branch_index)) FROM branches").row(0)
+        assert counts == (240, 240)
+        assert store.run("k9")["status"] == "finished"
+        events = store.query(
+            "SELECT task_id, branch_index, count(*) AS n, count(DISTINCT seq) AS d, max(seq) AS top "
+            "FROM events GROUP BY ALL")
+        assert events.height == 240
+        assert (events["n"] == events["d"]).all() and (events["top"] == events["n"] - 1).all()
+
+
+def _run_exists(db: Path, run_id: str) -> bool:
+    try:
+        con = duckdb.connect(str(db), read_only=True)
+    except duckdb.Error:
+        return False
+    try:
+        return bool(con.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]).fetchall()[0][0])
+    except duckdb.Error:
+        return False
+    finally:
+        con.close()
