@@ -89,7 +89,10 @@ class LocalChatModel:
             except (ValueError, RuntimeError) as exc:  # e.g. prompt longer than the context
                 raise ModelError(f"local: generation failed: {exc}") from exc
         choice = result["choices"][0]
-        text, calls = parse_text_tool_calls(choice["text"]) if tools else (choice["text"].strip(), ())
+        if tools:
+            text, calls = parse_text_tool_calls(choice["text"], known_tools=frozenset(t.name for t in tools))
+        else:
+            text, calls = choice["text"].strip(), ()
         usage = result.get("usage") or {}
         return ChatResponse(
             text=text, tool_calls=calls,

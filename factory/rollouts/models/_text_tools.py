@@ -24,12 +24,48 @@ from factory.rollouts.models._base import Message, ToolCall, ToolSpec
 __all__ = ["parse_text_tool_calls", "render_chat_template"]
 
 _CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
+_FENCED = re.compile(r"```(?:json)?\s*(\{.*?\})\s*```", re.DOTALL)
 
 
-def parse_text_tool_calls(text: str, id_prefix: str = "call") -> tuple[str, tuple[ToolCall, ...]]:
-    """Split ``text`` into its prose and its ``<tool_call>`` blocks."""
+def _untagged_calls(text: str, known_tools: frozenset[str]) -> list[re.Match[str]] | None:
+    """Small models often write the call as a fenced or bare JSON object, without the tags.
+
+    Accepted only when every such object names a tool on offer, so that JSON
+    an answer merely contains is never mistaken for a call.
+    """
+    matches = list(_FENCED.finditer(text)) or list(re.finditer(r"^\s*(\{.*\})\s*$", text, re.DOTALL))
+    if not matches:
+        return None
+    for match in matches:
+        try:
+            data = json.loads(match.group(1))
+        except json.JSONDecodeError:
+            return None
+        if not isinstance(data, dict) or data.get("name") not in known_tools or "arguments" not in data:
+            return None
+    return matches
+
+
+def parse_text_tool_calls(
+    text: str, id_prefix: str = "call", known_tools: frozenset[str] | None = None
+) -> tuple[str, tuple[ToolCall, ...]]:
+    """Split ``text`` into its prose and its tool calls.
+
+    Args:
+        text: Model output.
+        id_prefix: Prefix of the generated call ids.
+        known_tools: Names of the tools on offer; when given, untagged JSON
+            calls that name one of them are accepted too.
+    """
+    matches = list(_CALL.finditer(text))
+    pattern = _CALL
+    if not matches and known_tools:
+        untagged = _untagged_calls(text, known_tools)
+        if untagged:
+            matches = untagged
+            pattern = _FENCED if _FENCED.search(text) else re.compile(r"^\s*(\{.*\})\s*$", re.DOTALL)
     calls = []
-    for index, match in enumerate(_CALL.finditer(text)):
+    for index, match in enumerate(matches):
         body = match.group(1).strip()
         call_id = f"{id_prefix}_{index}"
         try:
@@ -50,7 +86,7 @@ def parse_text_tool_calls(text: str, id_prefix: str = "call") -> tuple[str, tupl
             calls.append(ToolCall(call_id, data["name"], {}, "arguments must be a JSON object"))
             continue
         calls.append(ToolCall(call_id, data["name"], arguments))
-    prose = _CALL.sub("", text).strip()
+    prose = pattern.sub("", text).strip()
     return prose, tuple(calls)
 
 

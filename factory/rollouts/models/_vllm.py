@@ -124,7 +124,10 @@ class VLLMChatModel:
             )
             for i, output in zip(indexes, outputs):
                 completion = output.outputs[0]
-                text, calls = parse_text_tool_calls(completion.text) if tools else (completion.text.strip(), ())
+                if tools:
+                    text, calls = parse_text_tool_calls(completion.text, known_tools=frozenset(t.name for t in tools))
+                else:
+                    text, calls = completion.text.strip(), ()
                 results[i] = ChatResponse(
                     text=text, tool_calls=calls,
                     usage=Usage(len(output.prompt_token_ids or ()), len(completion.token_ids or ()), 0.0),
