@@ -138,3 +138,21 @@ def _run_exists(db: Path, run_id: str) -> bool:
         return False
     finally:
         con.close()
+
+
+def test_provider_failing_30_percent_with_429_and_500_still_completes_the_run(tmp_path):
+    """The real openai SDK against a local server that fails 30% of calls; every branch still succeeds."""
+    from tests.rollouts.wire_server import Reply, WireServer
+
+    with WireServer() as server:
+        server.flaky(0.3, statuses=(429, 500), seed=7, default=Reply.ok("Final: 4", usage=(9, 3)))
+        result = subprocess.run(
+            fork_cmd(write_tasks(tmp_path / "t.jsonl", 10), "--model", "openai:test-model",
+                     "--base-url", f"{server.url}/v1", "--db", tmp_path / "f.duckdb", "-n", 3, "-c", 6, "--json"),
+            capture_output=True, text=True, timeout=300, env={**os.environ, "OPENAI_API_KEY": "test"})
+        failures = sum(1 for r in server.requests if r.status != 200)
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["branches"] == 30 and summary["ok"] == 30 and summary["errors"] == 0
+    assert failures >= 3 and summary["retries"] == failures
+    assert summary["input_tokens"] == 30 * 9

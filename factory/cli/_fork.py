@@ -122,15 +122,13 @@ def fork(tasks_file: Path | None, branches: int, model_spec: str, base_url: str 
         tasks = list(task_set) if task_set is not None else runner.stored_tasks()
         started = time.monotonic()
         try:
-            asyncio.run(_drive(runner, tasks, str(tasks_file) if tasks_file else None, resume_id is not None,
-                               retry_errors, err))
+            asyncio.run(_drive(runner, model, tasks, str(tasks_file) if tasks_file else None,
+                               resume_id is not None, retry_errors, err))
         except KeyboardInterrupt:
             summary = fork_summary(store, runner.run_id, time.monotonic() - started)
             click.echo(f"\ninterrupted: {summary['branches']} branch(es) of run {runner.run_id} are stored. "
                        f"Resume with: factory fork --resume {runner.run_id} --db {store.path}", err=True)
             sys.exit(130)
-        finally:
-            asyncio.run(model.aclose())
         summary = fork_summary(store, runner.run_id, time.monotonic() - started)
         summary["retries"] = model.retries
         summary["rate_limited"] = model.rate_limited
@@ -142,7 +140,15 @@ def fork(tasks_file: Path | None, branches: int, model_spec: str, base_url: str 
         _print_summary(summary)
 
 
-async def _drive(runner, tasks, task_file, resume, retry_errors, err) -> None:
+async def _drive(runner, model, tasks, task_file, resume, retry_errors, err) -> None:
+    """Run the fork with a progress bar; the model's clients close in the same event loop."""
+    try:
+        await _progress(runner, tasks, task_file, resume, retry_errors, err)
+    finally:
+        await model.aclose()
+
+
+async def _progress(runner, tasks, task_file, resume, retry_errors, err) -> None:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 

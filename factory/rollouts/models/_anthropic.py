@@ -36,13 +36,14 @@ def to_anthropic_messages(messages: Sequence[Message]) -> tuple[str, list[dict[s
         if role == "system":
             system.append(content)
         elif role == "user":
-            wire.append({"role": "user", "content": [{"type": "text", "text": content}]})
+            # The Messages API rejects empty text blocks.
+            wire.append({"role": "user", "content": [{"type": "text", "text": content or "(empty)"}]})
         elif role == "assistant":
             blocks: list[dict[str, Any]] = [{"type": "text", "text": content}] if content else []
             for call in message.get("tool_calls") or ():
                 blocks.append({"type": "tool_use", "id": call["id"], "name": call["function"]["name"],
                                "input": call["function"]["arguments"]})
-            wire.append({"role": "assistant", "content": blocks or [{"type": "text", "text": ""}]})
+            wire.append({"role": "assistant", "content": blocks or [{"type": "text", "text": "(no reply)"}]})
         elif role == "tool":
             block = {"type": "tool_result", "tool_use_id": message["tool_call_id"], "content": content}
             if wire and wire[-1]["role"] == "user" and all(b["type"] == "tool_result" for b in wire[-1]["content"]):
@@ -113,10 +114,11 @@ class AnthropicChatModel:
                     error = None if isinstance(block.input, dict) else "input must be a JSON object"
                     calls.append(ToolCall(block.id, block.name, arguments, error))
             tokens_in, tokens_out = int(reply.usage.input_tokens), int(reply.usage.output_tokens)
+            text = "".join(texts)
         except (AttributeError, TypeError, ValueError) as exc:
             raise MalformedResponseError(f"anthropic: response lacks content/usage: {exc}") from exc
         return ChatResponse(
-            text="".join(texts), tool_calls=tuple(calls),
+            text=text, tool_calls=tuple(calls),
             usage=Usage(tokens_in, tokens_out, cost_usd("anthropic", self.model, tokens_in, tokens_out)),
             finish_reason=reply.stop_reason,
         )

@@ -47,7 +47,9 @@ def to_openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
     return wire
 
 
-def _parse_arguments(raw: str | None) -> tuple[dict[str, Any], str | None]:
+def _parse_arguments(raw: str | dict[str, Any] | None) -> tuple[dict[str, Any], str | None]:
+    if isinstance(raw, dict):  # some compatible servers send an object instead of JSON text
+        return raw, None
     try:
         value = json.loads(raw or "{}")
     except json.JSONDecodeError as exc:
@@ -117,10 +119,13 @@ class OpenAIChatModel:
             usage = completion.usage
             tokens_in = int(usage.prompt_tokens) if usage else 0
             tokens_out = int(usage.completion_tokens) if usage else 0
+            text = message.content or ""
+            if not isinstance(text, str):
+                raise TypeError(f"message content is {type(text).__name__}, not a string")
         except (AttributeError, IndexError, TypeError, ValueError) as exc:
             raise MalformedResponseError(f"openai: response lacks choices/message: {exc}") from exc
         return ChatResponse(
-            text=message.content or "",
+            text=text,
             tool_calls=tuple(calls),
             usage=Usage(tokens_in, tokens_out, cost_usd("openai", self.model, tokens_in, tokens_out)),
             finish_reason=choice.finish_reason,
