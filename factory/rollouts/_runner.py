@@ -7,6 +7,9 @@ so what the caller sees is what survives a crash. A killed run loses at most
 the unflushed window, which ``resume`` runs again: every (task, branch) ends
 up stored exactly once, because writes are keyed by (run, task, branch).
 
+Every tool-using branch gets a fresh sandbox; single-turn branches (answer-only
+tasks) run no code, so they start none.
+
 Per-branch sampling: branch ``b`` uses ``temperatures[b]`` and ``seeds[b]``
 for every task, both recorded on the branch row and in the run manifest.
 """
@@ -130,7 +133,9 @@ class BranchResult:
             "temperature": self.temperature, "seed": self.seed,
             "model": self.model, "status": self.status, "final_answer": self.final_answer,
             "trajectory": self.trajectory, "tool_call_sequence": self.tool_call_sequence,
-            "usage": asdict(self.usage), "input_tokens": self.usage.input_tokens,
+            "usage": {"input_tokens": self.usage.input_tokens, "output_tokens": self.usage.output_tokens,
+                      "cost_usd": self.usage.cost_usd},
+            "input_tokens": self.usage.input_tokens,
             "output_tokens": self.usage.output_tokens, "cost_usd": self.usage.cost_usd,
             "started_at": self.started_at, "finished_at": self.finished_at, "error": self.error,
         }
@@ -230,8 +235,12 @@ class RolloutForkRunner:
         started = utc_now()
         spec = SandboxSpec(files=task.files, readonly_files=task.tests, limits=self.config.limits)
         try:
-            async with create_sandbox(self.config.sandbox, spec) as sandbox:
-                result = await self.agent.run(task, sandbox, temperature=temperature, seed=seed)
+            if self.agent.single_turn(task):
+                # No tools, so no code runs: a sandbox would be started and thrown away unused.
+                result = await self.agent.run(task, None, temperature=temperature, seed=seed)
+            else:
+                async with create_sandbox(self.config.sandbox, spec) as sandbox:
+                    result = await self.agent.run(task, sandbox, temperature=temperature, seed=seed)
         except Exception as exc:  # a sandbox that fails to start or close, or a bug: recorded, never lost
             result = AgentResult(BranchStatus.ERROR, None, self.agent.opening(task), [], [
                 {"seq": 0, "ts": utc_now(), "kind": "error",
