@@ -156,3 +156,32 @@ def test_provider_failing_30_percent_with_429_and_500_still_completes_the_run(tm
     assert summary["branches"] == 30 and summary["ok"] == 30 and summary["errors"] == 0
     assert failures >= 3 and summary["retries"] == failures
     assert summary["input_tokens"] == 30 * 9
+
+
+def test_record_then_replay_reproduces_a_run_exactly(tmp_path):
+    """Record the openai provider's answers, then re-run from the recording alone: same answers per branch."""
+    from tests.rollouts.wire_server import Reply, WireServer
+
+    tasks = write_tasks(tmp_path / "t.jsonl", 4)
+    record = tmp_path / "recorded.jsonl"
+    with WireServer() as server:
+        server.push(*(Reply.ok(f"Final: {i}") for i in range(8)))
+        first = subprocess.run(
+            fork_cmd(tasks, "--model", "openai:test-model", "--base-url", f"{server.url}/v1", "--record", record,
+                     "--db", tmp_path / "a.duckdb", "-n", 2, "-c", 1, "--temperatures", "0.3,0.9", "--json"),
+            capture_output=True, text=True, timeout=120, env={**os.environ, "OPENAI_API_KEY": "test"})
+    assert first.returncode == 0, first.stderr
+    second = subprocess.run(fork_cmd(tasks, "--model", f"replay:{record}", "--db", tmp_path / "b.duckdb", "-n", 2,
+                                     "--temperatures", "0.3,0.9", "--json"),
+                            capture_output=True, text=True, timeout=120)
+    assert second.returncode == 0, second.stderr
+
+    def answers(db, run_id):
+        with Store.open(db, read_only=True) as store:
+            return {(r["task_id"], r["branch_index"]): r["final_answer"]
+                    for r in store.branches(run_id).iter_rows(named=True)}
+
+    recorded = answers(tmp_path / "a.duckdb", json.loads(first.stdout)["run_id"])
+    replayed = answers(tmp_path / "b.duckdb", json.loads(second.stdout)["run_id"])
+    assert len(recorded) == 8 and len(set(recorded.values())) == 8
+    assert replayed == recorded

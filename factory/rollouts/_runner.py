@@ -23,7 +23,7 @@ import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -263,6 +263,10 @@ class RolloutForkRunner:
     async def run(
         self,
         tasks: Sequence[Task],
+        branches: int | None = None,
+        concurrency: int | None = None,
+        temperatures: Sequence[float] | None = None,
+        seeds: Sequence[int] | None = None,
         *,
         task_file: str | None = None,
         resume: bool = False,
@@ -274,7 +278,11 @@ class RolloutForkRunner:
         stores what finished and marks the run ``interrupted``.
 
         Args:
-            tasks: The tasks (on resume, the stored ones when None is passed by the caller).
+            tasks: The tasks (on resume, :meth:`stored_tasks` gives them back).
+            branches: Overrides ``config.branches``.
+            concurrency: Overrides ``config.concurrency``.
+            temperatures: Overrides ``config.temperatures``.
+            seeds: Overrides ``config.seeds``.
             task_file: Where the tasks came from (recorded).
             resume: Continue an existing run: only unfinished branches run.
             retry_errors: On resume, run branches that ended in ``error`` again.
@@ -282,7 +290,11 @@ class RolloutForkRunner:
         Raises:
             RunError: Resuming a run that does not exist, or with different tasks or model.
         """
-        temperatures, seeds = self.config.sampling()
+        overrides = {"branches": branches, "concurrency": concurrency, "seeds": None if seeds is None else tuple(seeds),
+                     "temperatures": None if temperatures is None else tuple(temperatures)}
+        if any(value is not None for value in overrides.values()):
+            self.config = replace(self.config, **{k: v for k, v in overrides.items() if v is not None})
+        per_branch_temps, per_branch_seeds = self.config.sampling()
         existing = self.store.run(self.run_id)
         if resume:
             if existing is None:
@@ -311,7 +323,8 @@ class RolloutForkRunner:
                     task, index = todo.get_nowait()
                 except asyncio.QueueEmpty:
                     return
-                finished.put_nowait(await self._run_branch(task, index, temperatures[index], seeds[index]))
+                finished.put_nowait(
+                    await self._run_branch(task, index, per_branch_temps[index], per_branch_seeds[index]))
 
         workers = [asyncio.create_task(worker()) for _ in range(min(self.config.concurrency, len(plan)))]
         buffer: list[BranchResult] = []

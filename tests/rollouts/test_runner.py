@@ -23,9 +23,9 @@ ANSWERS = [
 ]
 
 
-def collect(runner, tasks, **kwargs):
+def collect(runner, tasks, *args, **kwargs):
     async def go():
-        return [result async for result in runner.run(tasks, **kwargs)]
+        return [result async for result in runner.run(tasks, *args, **kwargs)]
 
     return asyncio.run(go())
 
@@ -133,3 +133,12 @@ def test_resume_refuses_other_tasks_or_model_and_new_run_refuses_existing(tmp_pa
         with pytest.raises(RunError, match="no run"):
             collect(RolloutForkRunner(create_model(f"replay:{path}"), store, ForkConfig(), run_id="nope"), [ADD],
                     resume=True)
+
+
+def test_run_arguments_override_the_config(tmp_path, replay_file):
+    with Store.open(tmp_path / "run.duckdb") as store:
+        runner = RolloutForkRunner(create_model(f"replay:{replay_file(ANSWERS)}"), store, ForkConfig(), run_id="r1")
+        results = collect(runner, [ADD], 3, 2, [0.1, 0.2, 0.3], [5, 6, 7])
+        assert sorted((r.branch_index, r.temperature, r.seed) for r in results) == [
+            (0, 0.1, 5), (1, 0.2, 6), (2, 0.3, 7)]
+        assert json.loads(store.run("r1")["config"])["branches"] == 3
