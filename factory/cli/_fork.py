@@ -36,8 +36,9 @@ def parse_temperatures(text: str | None, branches: int) -> tuple[float, ...] | N
 @click.command()
 @click.argument("tasks_file", metavar="TASKS", required=False, type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--branches", "-n", type=click.IntRange(min=1), default=4, show_default=True, help="Branches per task.")
-@click.option("--model", "model_spec", default="local", show_default=True,
-              help="Policy: local, local:FILE.gguf, openai:MODEL, anthropic:MODEL, vllm:PATH, replay:FILE.")
+@click.option("--model", "model_spec", default=None,
+              help="Policy: local (default), local:FILE.gguf, openai:MODEL, anthropic:MODEL, vllm:PATH, replay:FILE; "
+                   "with --resume, the run's own model.")
 @click.option("--base-url", default=None, help="Server URL for openai:/anthropic: (any OpenAI-compatible server).")
 @click.option("--sandbox", default=None, help="Sandbox backend: bwrap (default on Linux), docker, none.")
 @click.option("--concurrency", "-c", type=click.IntRange(min=1), default=8, show_default=True,
@@ -57,7 +58,7 @@ def parse_temperatures(text: str | None, branches: int) -> tuple[float, ...] | N
 @click.option("--record", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Append every model response to FILE (replay it with --model replay:FILE).")
 @json_option
-def fork(tasks_file: Path | None, branches: int, model_spec: str, base_url: str | None, sandbox: str | None,
+def fork(tasks_file: Path | None, branches: int, model_spec: str | None, base_url: str | None, sandbox: str | None,
          concurrency: int, temperatures: str | None, seed: int, max_turns: int, max_tokens: int,
          command_timeout: float, threads: int | None, db: Path | None, run_id: str | None, resume_id: str | None,
          retry_errors: bool, record: Path | None, as_json: bool) -> None:
@@ -83,36 +84,26 @@ def fork(tasks_file: Path | None, branches: int, model_spec: str, base_url: str 
     task_set = load_tasks(tasks_file) if tasks_file is not None else None  # bad files fail before any branch
 
     err = sys.stderr
-    if sandbox == "none":
-        click.secho("WARNING: --sandbox none runs model-written code with NO isolation "
-                    "(network, host files and processes are reachable).", fg="red", bold=True, err=True)
-        warnings.simplefilter("ignore", NoSandboxWarning)
-
     store = Store.open(resolve_db(db))
     try:
         if resume_id is not None:
             stored = store.run(resume_id)
             if stored is None:
                 raise ConfigError(f"no run {resume_id} in {store.path}")
-            manifest = stored["config"]
-            import json
-
-            manifest = json.loads(manifest) if isinstance(manifest, str) else manifest
-            model_spec = stored["model"] if model_spec == "local" and stored["model"] != "local" else model_spec
-            branches = int(manifest["branches"])
-            config_temps = tuple(manifest["sampling"]["temperatures"])
-            config_seeds = tuple(manifest["sampling"]["seeds"])
-            sandbox = manifest["sandbox"]
-            agent = AgentConfig(**manifest["agent"])
-            limits = SandboxLimits(**manifest["limits"])
+            config = ForkConfig.from_manifest(stored["config"], concurrency=concurrency)
+            model_spec = model_spec or stored["model"]
         else:
-            config_temps = parse_temperatures(temperatures, branches) or (0.7,)
-            config_seeds = None
-            agent = AgentConfig(max_turns=max_turns, max_tokens=max_tokens, tool_timeout_s=command_timeout)
-            limits = SandboxLimits(timeout_s=command_timeout)
-        config = ForkConfig(branches=branches, concurrency=concurrency, temperatures=config_temps,
-                            seeds=config_seeds, base_seed=seed, sandbox=sandbox, limits=limits, agent=agent)
+            config = ForkConfig(
+                branches=branches, concurrency=concurrency,
+                temperatures=parse_temperatures(temperatures, branches) or (0.7,), base_seed=seed, sandbox=sandbox,
+                limits=SandboxLimits(timeout_s=command_timeout),
+                agent=AgentConfig(max_turns=max_turns, max_tokens=max_tokens, tool_timeout_s=command_timeout))
+            model_spec = model_spec or "local"
         config.sampling()  # validate before starting anything
+        if config.sandbox == "none":
+            click.secho("WARNING: sandbox 'none' runs model-written code with NO isolation "
+                        "(network, host files and processes are reachable).", fg="red", bold=True, err=True)
+            warnings.simplefilter("ignore", NoSandboxWarning)
 
         model = create_model(model_spec, ModelOptions(base_url=base_url, threads=threads))
         if record is not None:

@@ -102,6 +102,16 @@ class ForkConfig:
         """Per-branch (temperatures, seeds)."""
         return branch_sampling(self.branches, self.temperatures, self.seeds, self.base_seed)
 
+    @classmethod
+    def from_manifest(cls, manifest: str | dict[str, Any], concurrency: int) -> ForkConfig:
+        """The config a stored run was made with (for resuming it exactly); concurrency is free to change."""
+        data = json.loads(manifest) if isinstance(manifest, str) else manifest
+        return cls(
+            branches=int(data["branches"]), concurrency=concurrency,
+            temperatures=tuple(data["sampling"]["temperatures"]), seeds=tuple(data["sampling"]["seeds"]),
+            sandbox=data["sandbox"], limits=SandboxLimits(**data["limits"]), agent=AgentConfig(**data["agent"]),
+        )
+
 
 @dataclass
 class BranchResult:
