@@ -266,3 +266,12 @@ def test_pool_bounds_live_sandboxes_and_disposes_all():
 
     run(main())
     assert peak <= 3
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_private_tmp_is_writable(backend):
+    async def body(sb):
+        result = await sb.exec("echo scratch > \"${TMPDIR:-/tmp}/scratch.txt\" && cat \"${TMPDIR:-/tmp}/scratch.txt\"")
+        assert result.stdout == "scratch\n", result.describe()
+
+    run(with_sandbox(backend, body))

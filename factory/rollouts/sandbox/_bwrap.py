@@ -117,18 +117,17 @@ class BwrapSandbox(Sandbox):
         for path in _ETC_FILES:
             if os.path.exists(path):
                 argv += ["--ro-bind", path, path]
-        made: set[str] = set()
+        # /proc, /dev and /tmp first: a later bind (a venv under /tmp, say) must land on top of them.
+        argv += ["--proc", "/proc", "--dev", "/dev",
+                 "--perms", "1777", "--size", str(limits.tmp_mb * 1024 * 1024), "--tmpfs", "/tmp"]
+        made: set[str] = {"/tmp"}
         for mount in _python_mounts(self._python):
             for parent in reversed(mount.parents):
                 if str(parent) != "/" and str(parent) not in made:
                     made.add(str(parent))
                     argv += ["--perms", "0755", "--dir", str(parent)]
             argv += ["--ro-bind", str(mount), str(mount)]
-        argv += [
-            "--proc", "/proc", "--dev", "/dev",
-            "--size", str(limits.tmp_mb * 1024 * 1024), "--tmpfs", "/tmp",
-            "--bind", str(root), "/workspace",
-        ]
+        argv += ["--bind", str(root), "/workspace"]
         for path in sorted(self._workspace.readonly):
             argv += ["--ro-bind", str(path), "/workspace/" + str(path.relative_to(root))]
         argv += ["--chdir", "/workspace", "--clearenv"]
