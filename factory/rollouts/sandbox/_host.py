@@ -274,9 +274,15 @@ async def run_limited(
         _kill_group(proc.pid)
         stdout, stderr = await asyncio.wait_for(asyncio.gather(out_task, err_task), timeout=10)
     except BaseException:
+        # Cancelled mid-command (an interrupted run): kill the tree and reap it,
+        # so no process or transport outlives the branch.
         _kill_group(proc.pid)
-        for task in (out_task, err_task, wait_task, feed_task):
+        for task in (out_task, err_task, feed_task):
             task.cancel()
+        try:
+            await asyncio.wait_for(asyncio.shield(wait_task), 5)
+        except BaseException:
+            wait_task.cancel()
         raise
     finally:
         flood_task.cancel()
