@@ -12,7 +12,25 @@ import click
 
 from factory.cli._options import db_option, dump_json, json_option, resolve_db
 
-__all__ = ["fork", "parse_temperatures"]
+__all__ = ["build_pipeline", "fork", "parse_temperatures"]
+
+
+def build_pipeline(config, policy_spec: str, judge_spec: str | None, samples: int, budget: int | None,
+                   base_url: str | None):
+    """The verification pipeline of a run: objective verifiers, plus the judge when a judge model is given."""
+    from factory.rollouts.models import ModelOptions, ResilientModel, create_model
+    from factory.verifiers import JudgeBudget, ScalarLLMJudgeVerifier, TestsVerifier, VerificationPipeline
+
+    verifiers = {"tests": TestsVerifier(timeout_s=max(120.0, config.limits.timeout_s),
+                                        reference_sandbox=config.sandbox, limits=config.limits)}
+    if judge_spec:
+        if judge_spec == policy_spec:
+            click.secho(f"WARNING: the judge ({judge_spec}) is the policy model; its scores will favour its own "
+                        "habits. Use a different --judge.", fg="yellow", err=True)
+        judge = ResilientModel(create_model(judge_spec, ModelOptions(base_url=base_url)))
+        verifiers["judge"] = ScalarLLMJudgeVerifier(
+            judge, k=samples, budget=JudgeBudget(budget) if budget is not None else None, policy_spec=policy_spec)
+    return VerificationPipeline(verifiers)
 
 
 def parse_temperatures(text: str | None, branches: int) -> tuple[float, ...] | None:
@@ -50,6 +68,13 @@ def parse_temperatures(text: str | None, branches: int) -> tuple[float, ...] | N
 @click.option("--timeout", "command_timeout", type=float, default=60.0, show_default=True,
               help="Wall-clock seconds per sandbox command.")
 @click.option("--threads", type=int, default=None, help="CPU threads for in-process models (local).")
+@click.option("--no-verify", is_flag=True, help="Do not run verifiers as branches finish.")
+@click.option("--judge", "judge_spec", default=None,
+              help="LLM judge model for tasks with a rubric (a different model from the policy).")
+@click.option("--judge-samples", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Independent judge samples per branch (median aggregated).")
+@click.option("--judge-budget", type=click.IntRange(min=0), default=None,
+              help="Cap on judge calls in this run; samples past it score a neutral 5 (budget_exhausted).")
 @db_option
 @click.option("--run-id", default=None, help="Id for a new run [default: generated].")
 @click.option("--resume", "resume_id", default=None, metavar="RUN_ID",
@@ -60,7 +85,8 @@ def parse_temperatures(text: str | None, branches: int) -> tuple[float, ...] | N
 @json_option
 def fork(tasks_file: Path | None, branches: int, model_spec: str | None, base_url: str | None, sandbox: str | None,
          concurrency: int, temperatures: str | None, seed: int, max_turns: int, max_tokens: int,
-         command_timeout: float, threads: int | None, db: Path | None, run_id: str | None, resume_id: str | None,
+         command_timeout: float, threads: int | None, no_verify: bool, judge_spec: str | None,
+         judge_samples: int, judge_budget: int | None, db: Path | None, run_id: str | None, resume_id: str | None,
          retry_errors: bool, record: Path | None, as_json: bool) -> None:
     """Sample N branches per task from TASKS, each an agent run in its own sandbox.
 
@@ -109,7 +135,9 @@ def fork(tasks_file: Path | None, branches: int, model_spec: str | None, base_ur
         if record is not None:
             model = RecordingModel(model, record)
         model = ResilientModel(model, limiter=AdaptiveLimiter(concurrency))
-        runner = RolloutForkRunner(model, store, config, run_id=resume_id or run_id)
+        pipeline = None if no_verify else build_pipeline(
+            config, model.spec, judge_spec, judge_samples, judge_budget, base_url=None)
+        runner = RolloutForkRunner(model, store, config, run_id=resume_id or run_id, pipeline=pipeline)
         tasks = list(task_set) if task_set is not None else runner.stored_tasks()
         started = time.monotonic()
         try:
@@ -123,6 +151,8 @@ def fork(tasks_file: Path | None, branches: int, model_spec: str | None, base_ur
         summary = fork_summary(store, runner.run_id, time.monotonic() - started)
         summary["retries"] = model.retries
         summary["rate_limited"] = model.rate_limited
+        budget = getattr(pipeline.verifiers.get("judge"), "budget", None) if pipeline else None
+        summary["judge_budget_exhausted"] = getattr(budget, "exhausted", 0)
     finally:
         store.close()
     if as_json:
@@ -146,17 +176,21 @@ async def _progress(runner, tasks, task_file, resume, retry_errors, err) -> None
     total = len(tasks) * runner.config.branches
     console = Console(file=err)
     columns = [TextColumn("[bold]fork[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TextColumn("errors {task.fields[errors]} · tokens {task.fields[tokens]:,}")]
+               TextColumn("pass {task.fields[passed]}/{task.fields[verified]} · errors {task.fields[errors]} · "
+                          "tokens {task.fields[tokens]:,}")]
     with Progress(*columns, console=console, disable=not err.isatty()) as progress:
-        bar = progress.add_task("fork", total=total, errors=0, tokens=0)
+        bar = progress.add_task("fork", total=total, errors=0, tokens=0, passed=0, verified=0)
         if resume:
             already = runner.store.branches(runner.run_id).height
             progress.update(bar, completed=already)
-        errors = tokens = 0
+        errors = tokens = passed = verified = 0
         async for result in runner.run(tasks, task_file=task_file, resume=resume, retry_errors=retry_errors):
             errors += result.status == "error"
             tokens += result.usage.input_tokens + result.usage.output_tokens
-            progress.update(bar, advance=1, errors=errors, tokens=tokens)
+            if result.objective_pass is not None:
+                verified += 1
+                passed += result.objective_pass
+            progress.update(bar, advance=1, errors=errors, tokens=tokens, passed=passed, verified=verified)
 
 
 def _print_summary(summary: dict) -> None:
@@ -164,15 +198,19 @@ def _print_summary(summary: dict) -> None:
     from rich.table import Table
 
     table = Table(title=f"run {summary['run_id']} · {summary['model']} · sandbox {summary['sandbox']}")
-    for column in ("task", "branches", "ok", "max_turns", "errors", "tokens in", "tokens out"):
+    for column in ("task", "branches", "ok", "max_turns", "errors", "passed", "hacks", "tokens in", "tokens out"):
         table.add_column(column, justify="left" if column == "task" else "right")
     for row in summary["per_task"]:
         table.add_row(row["task_id"], str(row["branches"]), str(row["ok"]), str(row["max_turns"]),
-                      str(row["errors"]), f"{row['input_tokens']:,}", f"{row['output_tokens']:,}")
+                      str(row["errors"]), f"{row['passed']}/{row['verified']}", str(row["hacks"]),
+                      f"{row['input_tokens']:,}", f"{row['output_tokens']:,}")
     table.add_row("[bold]total[/]", str(summary["branches"]), str(summary["ok"]), str(summary["max_turns"]),
-                  str(summary["errors"]), f"{summary['input_tokens']:,}", f"{summary['output_tokens']:,}")
+                  str(summary["errors"]), f"{summary['passed']}/{summary['verified']}", str(summary["hacks"]),
+                  f"{summary['input_tokens']:,}", f"{summary['output_tokens']:,}")
     Console().print(table)
     cost = f"${summary['cost_usd']:.4f}" if summary.get("cost_usd") is not None else "unknown"
     click.echo(f"{summary['status']} in {summary.get('elapsed_s', 0):.1f}s "
                f"({summary.get('branches_per_s') or 0:.2f} branches/s), cost {cost}, "
                f"retries {summary['retries']}; stored in {summary['db']}")
+    if summary.get("judge_budget_exhausted"):
+        click.echo(f"judge budget exhausted for {summary['judge_budget_exhausted']} sample(s) (scored a neutral 5)")

@@ -14,6 +14,7 @@ COMMANDS = {
     "db": "factory.cli._db:db",
     "fork": "factory.cli._fork:fork",
     "tasks": "factory.cli._tasks:tasks",
+    "verify": "factory.cli._verify:verify",
     "query": "factory.cli._query:query",
     "runs": "factory.cli._query:runs",
 }

@@ -26,15 +26,19 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from factory.errors import ConfigError, RunError
 from factory.provenance import content_hash, git_sha, package_version
 from factory.rollouts._agent import AgentConfig, AgentResult, BranchStatus, ToolCallingAgent
+from factory.rollouts._workspace import snapshot_workspace
 from factory.rollouts.models import ChatModel, Usage
 from factory.rollouts.sandbox import SandboxLimits, SandboxSpec, create_sandbox
 from factory.store import Store, utc_now
 from factory.tasks import Task, dataset_hash
+
+if TYPE_CHECKING:  # verifiers import rollouts (sandboxes, models); the runner imports them when it runs
+    from factory.verifiers import BranchOutput, VerificationPipeline
 
 __all__ = ["BranchResult", "ForkConfig", "RolloutForkRunner", "branch_sampling", "new_run_id"]
 
@@ -134,6 +138,14 @@ class BranchResult:
     finished_at: datetime
     error: str | None
     events: list[dict[str, Any]]
+    workspace: dict[str, Any] | None = None
+    verdicts: list[Any] = field(default_factory=list)
+
+    @property
+    def objective_pass(self) -> bool | None:
+        """Every non-judge verdict passed (None: not verified objectively)."""
+        objective = [v for v in self.verdicts if v.verifier != "judge"]
+        return all(v.ok for v in objective) if objective else None
 
     def branch_row(self) -> dict[str, Any]:
         """The ``branches`` table row."""
@@ -148,12 +160,19 @@ class BranchResult:
             "input_tokens": self.usage.input_tokens,
             "output_tokens": self.usage.output_tokens, "cost_usd": self.usage.cost_usd,
             "started_at": self.started_at, "finished_at": self.finished_at, "error": self.error,
+            "workspace": self.workspace,
         }
 
     def event_rows(self) -> list[dict[str, Any]]:
         """The ``events`` table rows."""
         key = {"run_id": self.run_id, "task_id": self.task_id, "branch_index": self.branch_index}
         return [{**key, **event} for event in self.events]
+
+
+def _output(result: AgentResult) -> BranchOutput:
+    from factory.verifiers import BranchOutput
+
+    return BranchOutput(result.final_answer, result.messages, result.status)
 
 
 def _task_from_row(spec: str | dict[str, Any]) -> Task:
@@ -168,12 +187,16 @@ class RolloutForkRunner:
         store: An open, writable store.
         config: Fork settings.
         run_id: The run's id (new one if None).
+        pipeline: Verifies each branch as soon as it finishes, in its own
+            sandbox before the sandbox closes (None: no verification).
     """
 
-    def __init__(self, model: ChatModel, store: Store, config: ForkConfig, run_id: str | None = None):
+    def __init__(self, model: ChatModel, store: Store, config: ForkConfig, run_id: str | None = None,
+                 pipeline: VerificationPipeline | None = None):
         self.model = model
         self.store = store
         self.config = config
+        self.pipeline = pipeline
         self.run_id = run_id or new_run_id()
         self.agent = ToolCallingAgent(model, config.agent)
         self.interrupted = False
@@ -244,31 +267,54 @@ class RolloutForkRunner:
         session_id = f"{rollout_id}-b{index}-{uuid.uuid4().hex[:12]}"
         started = utc_now()
         spec = SandboxSpec(files=task.files, readonly_files=task.tests, limits=self.config.limits)
+        workspace: dict[str, Any] | None = None
+        verdicts: list[Any] = []
+        needs_sandbox = not self.agent.single_turn(task) or (
+            self.pipeline is not None and self.pipeline.needs_sandbox(task))
         try:
-            if self.agent.single_turn(task):
-                # No tools, so no code runs: a sandbox would be started and thrown away unused.
+            if not needs_sandbox:
+                # No tools and no sandbox verifier, so no code runs: a sandbox would go unused.
                 result = await self.agent.run(task, None, temperature=temperature, seed=seed)
+                if self.pipeline is not None:
+                    verdicts = await self.pipeline.verify(task, _output(result), None)
             else:
                 async with create_sandbox(self.config.sandbox, spec) as sandbox:
                     result = await self.agent.run(task, sandbox, temperature=temperature, seed=seed)
+                    if task.files or task.tests:
+                        workspace = await snapshot_workspace(sandbox, task)
+                    if self.pipeline is not None:
+                        verdicts = await self.pipeline.verify(task, _output(result), sandbox)
         except Exception as exc:  # a sandbox that fails to start or close, or a bug: recorded, never lost
             result = AgentResult(BranchStatus.ERROR, None, self.agent.opening(task), [], [
                 {"seq": 0, "ts": utc_now(), "kind": "error",
                  "payload": {"type": type(exc).__name__, "message": str(exc)}}], Usage(),
                 error=f"{type(exc).__name__}: {exc}")
+            verdicts = []
+        if verdicts:
+            from factory.verifiers import verdict_events
+
+            events = result.events + verdict_events(verdicts, start_seq=len(result.events))
+        else:
+            events = result.events
         return BranchResult(
             run_id=self.run_id, task_id=task.id, branch_index=index,
             rollout_id=rollout_id, session_id=session_id,
             temperature=temperature, seed=seed, model=self.model.spec, status=result.status,
             final_answer=result.final_answer, trajectory=result.messages,
             tool_call_sequence=result.tool_call_sequence, usage=result.usage, started_at=started,
-            finished_at=utc_now(), error=result.error, events=result.events,
+            finished_at=utc_now(), error=result.error, events=events, workspace=workspace, verdicts=verdicts,
         )
 
     def _flush(self, results: list[BranchResult]) -> None:
         rows = [r.branch_row() for r in results]
         events = [event for r in results for event in r.event_rows()]
-        self.store.write_branches(rows, events)
+        with self.store.transaction():  # a branch and its verdicts land together or not at all
+            self.store.write_branches(rows, events)
+            for r in results:
+                if r.verdicts:
+                    from factory.verifiers import VerificationPipeline
+
+                    VerificationPipeline.store(self.store, r.run_id, r.task_id, r.branch_index, r.verdicts)
 
     async def run(
         self,

@@ -168,6 +168,15 @@ MIGRATIONS: tuple[Migration, ...] = (
         ALTER TABLE branches ADD COLUMN rollout_id VARCHAR;
         """,
     ),
+    Migration(
+        "0005_branch_workspace",
+        """
+        -- The branch's final workspace as a change set against the task's files:
+        -- {"files": {path: text}, "deleted": [path, ...]}; lets `factory verify`
+        -- re-verify exactly what the branch left behind.
+        ALTER TABLE branches ADD COLUMN workspace JSON;
+        """,
+    ),
 )
 
 _LEDGER = """

@@ -16,7 +16,7 @@ import functools
 import json
 import re
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
@@ -98,6 +98,7 @@ class Store:
     def __init__(self, con: duckdb.DuckDBPyConnection, path: Path, read_only: bool):
         self._con = con
         self._lock = threading.RLock()
+        self._depth = 0  # open transaction blocks (see _Transaction)
         self.path = path
         self.read_only = read_only
         self._columns = self._load_columns()
@@ -208,7 +209,14 @@ class Store:
         return arrow.num_rows
 
     def _transaction(self) -> _Transaction:
-        return _Transaction(self._con)
+        return _Transaction(self)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Group several writes into one atomic, thread-exclusive transaction."""
+        self._check_writable()
+        with self._lock, self._transaction():
+            yield
 
     def _check_writable(self) -> None:
         if self.read_only:
@@ -380,28 +388,31 @@ class Store:
 
 
 class _Transaction:
-    """BEGIN/COMMIT around a block; ROLLBACK if it raises. Nested use joins the outer one."""
+    """BEGIN/COMMIT around a block; ROLLBACK if it raises. Nested blocks join the outer one.
 
-    def __init__(self, con: duckdb.DuckDBPyConnection):
-        self._con = con
-        self._owner = False
+    Nesting is counted here rather than detected from a failing BEGIN:
+    DuckDB aborts the open transaction when a second BEGIN fails.
+    """
+
+    def __init__(self, store: Store):
+        self._store = store
 
     def __enter__(self) -> None:
-        try:
-            self._con.execute("BEGIN TRANSACTION")
-            self._owner = True
-        except duckdb.TransactionException:
-            self._owner = False  # already inside a transaction
+        if self._store._depth == 0:
+            self._store._con.execute("BEGIN TRANSACTION")
+        self._store._depth += 1
 
     def __exit__(self, exc_type: object, *rest: object) -> None:
-        if not self._owner:
+        self._store._depth -= 1
+        if self._store._depth > 0:
             return
+        con = self._store._con
         if exc_type is None:
-            self._con.execute("COMMIT")
+            con.execute("COMMIT")
             return
-        self._con.execute("ROLLBACK")
+        con.execute("ROLLBACK")
         for name in _SCRATCH_VIEWS:  # left registered if the failing statement aborted the transaction
-            _unregister(self._con, name)
+            _unregister(con, name)
 
 
 _SCRATCH_VIEWS = ("_factory_rows", "_factory_keys")

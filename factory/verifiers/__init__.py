@@ -1,3 +1,91 @@
-"""Verifiers: objective checks and the k-of-N LLM judge, composed into a pipeline."""
+"""Verifiers: objective checks, reward-hack detection and the k-of-N LLM judge, composed into a pipeline."""
 
-__all__: list[str] = []
+from factory.verifiers._base import (
+    STATUSES,
+    BranchOutput,
+    Criterion,
+    Verdict,
+    Verifier,
+    VerifyContext,
+    create_verifier,
+    criteria_for,
+    register_verifier,
+    run_verifier,
+    verifier_names,
+)
+from factory.verifiers._calibration import (
+    calibrate_run,
+    judge_auc,
+    judge_spearman,
+    self_agreement,
+    swap_inconsistency,
+)
+from factory.verifiers._judge import (
+    PROMPT_VERSION,
+    JudgeBudget,
+    JudgeSameAsPolicyWarning,
+    PairwiseJudgment,
+    ScalarLLMJudgeVerifier,
+    parse_judge_json,
+)
+from factory.verifiers._objective import (
+    AnswerVerifier,
+    BuildPassesVerifier,
+    BuildVerifier,
+    ExternalResult,
+    JsonSchemaVerifier,
+    RulesVerifier,
+    VisualAssertVerifier,
+    check_final_answer,
+)
+from factory.verifiers._pipeline import VerificationPipeline, objective_pass, verdict_events
+from factory.verifiers._pytest_guard import GUARD_SOURCE, GUARD_VERSION
+from factory.verifiers._rerun import GoldenCase, GoldenReport, load_golden, run_golden, verify_stored_run
+from factory.verifiers._tests import PytestReport, TestsVerifier, parse_junit_xml, scan_workspace
+
+__all__ = [
+    "GUARD_SOURCE",
+    "GUARD_VERSION",
+    "PROMPT_VERSION",
+    "STATUSES",
+    "AnswerVerifier",
+    "BranchOutput",
+    "BuildPassesVerifier",
+    "BuildVerifier",
+    "Criterion",
+    "ExternalResult",
+    "GoldenCase",
+    "GoldenReport",
+    "JsonSchemaVerifier",
+    "JudgeBudget",
+    "JudgeSameAsPolicyWarning",
+    "PairwiseJudgment",
+    "PytestReport",
+    "RulesVerifier",
+    "ScalarLLMJudgeVerifier",
+    "TestsVerifier",
+    "Verdict",
+    "VerificationPipeline",
+    "Verifier",
+    "VerifyContext",
+    "VisualAssertVerifier",
+    "calibrate_run",
+    "check_final_answer",
+    "create_verifier",
+    "criteria_for",
+    "judge_auc",
+    "judge_spearman",
+    "load_golden",
+    "objective_pass",
+    "parse_judge_json",
+    "parse_junit_xml",
+    "register_verifier",
+    "run_golden",
+    "run_verifier",
+    "scan_workspace",
+    "self_agreement",
+    "swap_inconsistency",
+    "verdict_events",
+    "verifier_names",
+    "verify_stored_run",
+]

@@ -43,6 +43,7 @@ class NoSandbox(Sandbox):
     def __init__(self, spec: SandboxSpec):
         super().__init__(spec)
         self._workspace = HostWorkspace("factory-none-")
+        self._tmp: HostWorkspace | None = None
         self._python = Path(spec.python or sys.executable)
 
     async def start(self) -> None:
@@ -52,9 +53,14 @@ class NoSandbox(Sandbox):
             stacklevel=2,
         )
         self._workspace.create(dict(self.spec.files), dict(self.spec.readonly_files))
+        # A scratch dir beside the workspace, not in it: temp files are not the branch's output.
+        self._tmp = HostWorkspace("factory-none-tmp-")
+        self._tmp.create({}, {})
 
     async def close(self) -> None:
         self._workspace.remove()
+        if self._tmp is not None:
+            self._tmp.remove()
 
     async def exec(
         self, command: str | Sequence[str], timeout: float | None = None, stdin: str | bytes | None = None
@@ -65,7 +71,7 @@ class NoSandbox(Sandbox):
         argv = ["sh", "-c", command] if isinstance(command, str) else list(command)
         limits = self.spec.limits
         env = sandbox_environment(str(root), str(self._python.parent))
-        env["TMPDIR"] = str(root)
+        env["TMPDIR"] = str(self._tmp.root if self._tmp is not None else root)
         return await run_limited(
             argv,
             cwd=str(root),

@@ -1,0 +1,134 @@
+"""``factory verify``: re-verify a stored run, run golden sets, calibrate the judge."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import click
+
+from factory.cli._options import db_option, dump_json, json_option, resolve_db
+
+__all__ = ["verify"]
+
+
+class _DefaultToRun(click.Group):
+    """``factory verify RUN`` means ``factory verify run RUN``; subcommands keep their names."""
+
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            args = ["run", *args]
+        return super().resolve_command(ctx, args)
+
+
+@click.group(cls=_DefaultToRun)
+def verify() -> None:
+    """Verify stored branches again, check verifiers on golden sets, calibrate the judge.
+
+    factory verify RUN [--verifier NAME] re-verifies a run (same as `verify run RUN`).
+    """
+
+
+def _pipeline(verifiers: tuple[str, ...], judge_spec: str | None, samples: int, sandbox: str, policy: str | None):
+    from factory.rollouts import ForkConfig
+    from factory.rollouts.sandbox import SandboxLimits
+
+    from factory.cli._fork import build_pipeline
+
+    config = ForkConfig(sandbox=sandbox, limits=SandboxLimits())
+    pipeline = build_pipeline(config, policy or "", judge_spec, samples, None, base_url=None)
+    if verifiers:
+        pipeline.only = frozenset(verifiers)
+    return pipeline
+
+
+@verify.command("run")
+@click.argument("run_id")
+@db_option
+@click.option("--verifier", "verifiers", multiple=True, help="Only this verifier (repeatable) [default: all].")
+@click.option("--judge", "judge_spec", default=None, help="Judge model, for tasks with a rubric.")
+@click.option("--judge-samples", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Judge samples per branch.")
+@click.option("--sandbox", default=None, help="Sandbox for verifiers that run code [default: the run's].")
+@json_option
+def run_command(run_id: str, db: Path | None, verifiers: tuple[str, ...], judge_spec: str | None,
+                judge_samples: int, sandbox: str | None, as_json: bool) -> None:
+    """Re-verify every branch of RUN_ID from its stored final workspace.
+
+    A verifier whose version changed adds new verdict rows; the old ones stay.
+    """
+    from factory.errors import ConfigError
+    from factory.store import Store
+    from factory.verifiers import verify_stored_run
+
+    with Store.open(resolve_db(db)) as store:
+        run = store.run(run_id)
+        if run is None:
+            raise ConfigError(f"no run {run_id} in {store.path}")
+        pipeline = _pipeline(verifiers, judge_spec, judge_samples, sandbox or run["sandbox"] or "bwrap", run["model"])
+        result = asyncio.run(verify_stored_run(store, run_id, pipeline, sandbox or run["sandbox"] or "bwrap"))
+    if as_json:
+        click.echo(dump_json(result))
+    else:
+        click.echo(f"verified {result['branches']} branches of {run_id}: {result['verdicts']} verdicts, "
+                   f"{result['passed']}/{result['verified']} pass objectively")
+
+
+@verify.command()
+@click.option("--verifier", "verifier_name", required=True, help="The verifier under test (e.g. tests, answer).")
+@click.option("--correct", type=click.Path(path_type=Path, dir_okay=False, exists=True), required=True,
+              help="JSONL of cases that must pass.")
+@click.option("--exploits", type=click.Path(path_type=Path, dir_okay=False, exists=True), required=True,
+              help="JSONL of exploit cases that must not pass.")
+@click.option("--sandbox", default="bwrap", show_default=True, help="Sandbox for verifiers that run code.")
+@json_option
+def golden(verifier_name: str, correct: Path, exploits: Path, sandbox: str, as_json: bool) -> None:
+    """Report false negatives (correct cases failing) and false positives (exploits passing).
+
+    Exits with status 1 when there is any.
+    """
+    from factory.verifiers import load_golden, run_golden
+
+    pipeline = _pipeline((verifier_name,), None, 1, sandbox, None)
+    report = asyncio.run(run_golden(verifier_name, pipeline, load_golden(correct), load_golden(exploits), sandbox))
+    if as_json:
+        click.echo(dump_json(report.to_dict()))
+    else:
+        click.echo(f"{verifier_name}: {report.correct} correct cases, {report.exploits} exploits")
+        for case in report.caught:
+            click.echo(f"  caught  {case['id']:<32} {case['why']}")
+        for case in report.false_negatives:
+            click.echo(f"  FALSE NEGATIVE {case['id']} (line {case['line']}): {case['status']}")
+        for case in report.false_positives:
+            click.echo(f"  FALSE POSITIVE {case['id']} (line {case['line']}): passed")
+        click.echo(f"false negatives {len(report.false_negatives)}, false positives {len(report.false_positives)}")
+    if not report.clean:
+        raise SystemExit(1)
+
+
+@verify.command()
+@click.argument("run_id")
+@db_option
+@json_option
+def calibrate(run_id: str, db: Path | None, as_json: bool) -> None:
+    """Judge calibration for RUN_ID: AUC and Spearman against objective pass, self-agreement, swap consistency."""
+    from factory.store import Store
+    from factory.verifiers import calibrate_run
+
+    with Store.open(resolve_db(db), read_only=True) as store:
+        report = calibrate_run(store, run_id)
+    if as_json:
+        click.echo(dump_json(report))
+        return
+
+    def show(value):
+        return "n/a" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
+
+    click.echo(f"calibration of {run_id}: {report['n_branches']} branches, "
+               f"{report['n_objective_pass']} objective passes")
+    click.echo(f"  judge AUC vs objective pass     {show(report['auc'])}")
+    click.echo(f"  judge Spearman vs objective     {show(report['spearman'])}")
+    for key, value in (report.get("self_agreement") or {}).items():
+        click.echo(f"  self-agreement {key:<17} {show(value)}")
+    click.echo(f"  swap inconsistency (pairwise)   {show(report['swap_inconsistency'])} "
+               f"over {report['n_pairwise']} comparisons")

@@ -1,0 +1,222 @@
+"""The verifier extension point: an async callable returning a :class:`Verdict`.
+
+A verifier is production code: total (it never raises — :func:`run_verifier`
+turns any exception into an ``error`` verdict that says why), deterministic,
+explainable (``details``), fast and versioned (a new ``version`` adds new
+verdict rows; old ones are kept).
+
+Statuses: ``pass``, ``fail``, ``error``, ``running``, ``unknown``,
+``budget_exhausted``. Only ``pass`` is a pass; ``ok`` is true exactly then.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+
+from factory.errors import ConfigError
+from factory.tasks import Task
+
+if TYPE_CHECKING:  # rollouts imports verifiers at run time; only types flow this way
+    from factory.rollouts.sandbox import Sandbox
+
+__all__ = [
+    "STATUSES",
+    "BranchOutput",
+    "Criterion",
+    "Verdict",
+    "Verifier",
+    "VerifyContext",
+    "create_verifier",
+    "criteria_for",
+    "register_verifier",
+    "run_verifier",
+    "verifier_names",
+]
+
+STATUSES = ("pass", "fail", "error", "running", "unknown", "budget_exhausted")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The outcome of one verifier on one branch.
+
+    Attributes:
+        ok: True exactly when ``status == "pass"``.
+        score: In [0, 1] (judges: the 0-10 score divided by 10).
+        status: One of :data:`STATUSES`.
+        details: Why, as JSON data (codes, counts, evidence).
+        verifier: The verifier's name.
+        version: The verifier's version.
+    """
+
+    ok: bool
+    score: float
+    status: str
+    details: dict[str, Any]
+    verifier: str
+    version: str
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"unknown verdict status {self.status!r}")
+        if self.ok != (self.status == "pass"):
+            raise ValueError("ok must be true exactly when status is 'pass'")
+
+    @classmethod
+    def make(cls, verifier: Verifier, status: str, score: float, **details: Any) -> Verdict:
+        """A verdict from ``verifier`` (``ok`` follows ``status``; score clamped to [0, 1])."""
+        return cls(status == "pass", min(1.0, max(0.0, float(score))), status, details,
+                   verifier.name, verifier.version)
+
+    @property
+    def hack_detected(self) -> bool:
+        """Whether the verifier caught tampering."""
+        return bool(self.details.get("hack_detected"))
+
+    def row(self, run_id: str, task_id: str, branch_index: int) -> dict[str, Any]:
+        """The ``verdicts`` table row."""
+        from factory.store import utc_now
+
+        return {"run_id": run_id, "task_id": task_id, "branch_index": branch_index, "verifier": self.verifier,
+                "version": self.version, "ok": self.ok, "score": self.score, "status": self.status,
+                "details": self.details, "created_at": utc_now()}
+
+
+@dataclass(frozen=True)
+class Criterion:
+    """One thing to check: ``{id, description, verify_method, arg}``.
+
+    Attributes:
+        id: Stable id within the task (e.g. ``tests``).
+        description: What is checked, in words.
+        verify_method: The registered verifier's name.
+        arg: The verifier's argument (the answer, a schema, a command, a rubric, ...).
+    """
+
+    id: str
+    description: str
+    verify_method: str
+    arg: Any = None
+
+
+@dataclass(frozen=True)
+class BranchOutput:
+    """What a verifier may look at of a branch.
+
+    Attributes:
+        final_answer: The submitted answer (None if the branch gave none).
+        trajectory: The conversation.
+        status: The branch's status (``ok``, ``max_turns``, ``error``).
+    """
+
+    final_answer: str | None
+    trajectory: list[dict[str, Any]] = field(default_factory=list)
+    status: str = "ok"
+
+
+@dataclass
+class VerifyContext:
+    """Everything one verification sees.
+
+    Attributes:
+        task: The task.
+        branch: The branch's output.
+        criterion: The criterion being checked.
+        sandbox: The branch's sandbox (still open), or None where none exists.
+    """
+
+    task: Task
+    branch: BranchOutput
+    criterion: Criterion
+    sandbox: Sandbox | None = None
+
+
+@runtime_checkable
+class Verifier(Protocol):
+    """An async callable from a :class:`VerifyContext` to a :class:`Verdict`.
+
+    Attributes:
+        name: Registered name (``tests``, ``answer``, ...).
+        version: Bumped whenever its judgement can change.
+        needs_sandbox: Whether it must run inside the branch's sandbox.
+    """
+
+    name: ClassVar[str]
+    version: ClassVar[str]
+    needs_sandbox: ClassVar[bool]
+
+    async def __call__(self, ctx: VerifyContext) -> Verdict:
+        ...
+
+
+_REGISTRY: dict[str, Callable[..., Verifier]] = {}
+
+
+def register_verifier(name: str) -> Callable[[type], type]:
+    """Class decorator registering a verifier under ``name``."""
+
+    def decorate(cls: type) -> type:
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return decorate
+
+
+def verifier_names() -> list[str]:
+    """Registered verifier names."""
+    return sorted(_REGISTRY)
+
+
+def create_verifier(name: str, **options: Any) -> Verifier:
+    """Instantiate a registered verifier.
+
+    Raises:
+        ConfigError: Unknown name.
+    """
+    try:
+        factory = _REGISTRY[name]
+    except KeyError:
+        raise ConfigError(f"unknown verifier '{name}' (choose from: {', '.join(verifier_names())})") from None
+    return factory(**options)
+
+
+async def run_verifier(verifier: Verifier, ctx: VerifyContext) -> Verdict:
+    """Run ``verifier`` totally: an exception becomes an ``error`` verdict naming it."""
+    try:
+        verdict = await verifier(ctx)
+    except Exception as exc:  # totality: a verifier bug is a verdict, never a crash of the run
+        return Verdict(False, 0.0, "error", {
+            "code": "verifier_crashed", "exception": f"{type(exc).__name__}: {exc}",
+            "traceback": traceback.format_exc(limit=5)}, verifier.name, verifier.version)
+    if not isinstance(verdict, Verdict):
+        return Verdict(False, 0.0, "error", {"code": "not_a_verdict", "returned": repr(verdict)[:200]},
+                       verifier.name, verifier.version)
+    return verdict
+
+
+def criteria_for(task: Task) -> list[Criterion]:
+    """The criteria a task's fields select (the order of :attr:`Task.verifiers`)."""
+    arguments: Mapping[str, Any] = {
+        "tests": task.effective_test_command,
+        "build": task.build_command,
+        "answer": task.answer,
+        "json-schema": task.json_schema,
+        "rules": task.rules.model_dump() if task.rules else None,
+        "judge": task.rubric,
+    }
+    descriptions = {
+        "tests": "the task's tests pass, untampered",
+        "build": "the build command succeeds",
+        "answer": "the last line is exactly `Final: <answer>`",
+        "json-schema": "the output is JSON matching the task's schema",
+        "rules": "the output follows the task's rules",
+        "judge": "an LLM judge's score against the rubric",
+    }
+    return [Criterion(name, descriptions[name], name, arguments[name]) for name in task.verifiers]
+
+
+

@@ -1,0 +1,99 @@
+"""The tests verifier on the shipped golden sets: every closed exploit is a regression test.
+
+Each golden case runs on bwrap and on none (tamper detection must not depend
+on the sandbox's isolation).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from factory.tasks import Task
+from factory.verifiers import (
+    BranchOutput,
+    TestsVerifier,
+    VerificationPipeline,
+    VerifyContext,
+    criteria_for,
+    load_golden,
+    parse_junit_xml,
+    run_golden,
+)
+
+GOLDEN = Path(__file__).resolve().parents[2] / "examples" / "golden"
+CORRECT = load_golden(GOLDEN / "tests-correct.jsonl")
+EXPLOITS = load_golden(GOLDEN / "tests-exploits.jsonl")
+SANDBOXES = ["bwrap", "none"]
+
+
+def golden(case, sandbox, expect_pass):
+    pipeline = VerificationPipeline({"tests": TestsVerifier(reference_sandbox=sandbox)})
+    correct, exploits = ([case], []) if expect_pass else ([], [case])
+    return asyncio.run(run_golden("tests", pipeline, correct, exploits, sandbox))
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+@pytest.mark.parametrize("case", CORRECT, ids=[c.id for c in CORRECT])
+def test_correct_solutions_pass(case, sandbox):
+    report = golden(case, sandbox, expect_pass=True)
+    assert report.false_negatives == [], report.false_negatives
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+@pytest.mark.parametrize("case", EXPLOITS, ids=[c.id for c in EXPLOITS])
+def test_exploit_never_passes(case, sandbox):
+    report = golden(case, sandbox, expect_pass=False)
+    assert report.false_positives == [], report.false_positives
+    assert len(report.caught) == 1
+
+
+def test_hack_penalty_and_details():
+    case = next(c for c in EXPLOITS if c.id == "read-expected-values-from-tests")
+    from factory.rollouts import workspace_spec
+    from factory.rollouts.sandbox import create_sandbox
+
+    async def go():
+        async with create_sandbox("bwrap", workspace_spec(case.task, case.workspace)) as sandbox:
+            verifier = TestsVerifier(penalty=0.25)
+            criterion = criteria_for(case.task)[0]
+            return await verifier(VerifyContext(case.task, BranchOutput("done"), criterion, sandbox))
+
+    verdict = asyncio.run(go())
+    assert verdict.hack_detected and verdict.status == "fail"
+    assert verdict.details["raw_score"] == 1.0 and verdict.score == pytest.approx(0.75)
+    assert verdict.details["hacks"][0] == {"code": "test_file_read_by_code_under_test", "file": "test_solution.py",
+                                           "by": "solution.py"}
+
+
+def test_non_pytest_command_is_judged_by_exit_code():
+    task = Task(id="sh", prompt="p", files={"ok.sh": "exit 0\n"}, tests={"check.sh": "test -f ok.sh\n"},
+                test_command="sh check.sh")
+    from factory.rollouts.sandbox import SandboxSpec, create_sandbox
+
+    async def go():
+        async with create_sandbox("bwrap", SandboxSpec(files=task.files, readonly_files=task.tests)) as sandbox:
+            return await TestsVerifier()(VerifyContext(task, BranchOutput("x"), criteria_for(task)[0], sandbox))
+
+    verdict = asyncio.run(go())
+    assert verdict.ok and verdict.details["method"] == "exit_code"
+
+
+def test_junit_parser_reads_outcomes():
+    xml = ("<testsuites><testsuite>"
+           "<testcase classname='t' name='a'/>"
+           "<testcase classname='t' name='b'><failure message='x'/></testcase>"
+           "<testcase classname='t' name='c'><skipped type='pytest.skip' message='s'/></testcase>"
+           "<testcase classname='t' name='d'><skipped type='pytest.xfail' message='x'/></testcase>"
+           "<testcase classname='' name='t'><error message='collection failure'/></testcase>"
+           "</testsuite></testsuites>")
+    report = parse_junit_xml(xml)
+    assert report.outcomes == {"t::a": "passed", "t::b": "failed", "t::c": "skipped", "t::d": "xfailed",
+                               "t": "failed"}
+    assert report.collection_errors == ["t"]
+    with pytest.raises(ValueError):
+        parse_junit_xml("<not closed")
