@@ -30,10 +30,9 @@ def verify() -> None:
 
 
 def _pipeline(verifiers: tuple[str, ...], judge_spec: str | None, samples: int, sandbox: str, policy: str | None):
+    from factory.cli._fork import build_pipeline
     from factory.rollouts import ForkConfig
     from factory.rollouts.sandbox import SandboxLimits
-
-    from factory.cli._fork import build_pipeline
 
     config = ForkConfig(sandbox=sandbox, limits=SandboxLimits())
     pipeline = build_pipeline(config, policy or "", judge_spec, samples, None, base_url=None)
