@@ -12,12 +12,19 @@ verifier runs the same way, with an ``asyncio.Semaphore``):
 
 - ``bare pytest``: ``python -m pytest -q`` through ``subprocess.run`` in a
   temp dir holding the same two files, the venv's interpreter, plugins
-  autoloaded as installed;
+  autoloaded as installed, in a session of its own as sandboxed commands
+  are (Linux autogroup scheduling gives each session its own share of the
+  CPUs, which would favour the sandboxes whenever anything else runs);
 - ``bare pytest, like-for-like``: the same with what the guard does to pytest
   anyway (``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1``, ``-p no:cacheprovider``), so
   the comparison charges the verifier only for the sandbox and the guard, not
   credits it for skipping installed plugins. The goal is judged against this
   one.
+
+Contenders take turns in chunks of ``--chunk`` branches (round-robin), so
+drifts in machine load hit all of them alike; the verifier's and the bare
+loop's per-branch CPU is printed beside the figures (bwrap's sandboxed
+processes are not reaped by this process, so their CPU is not visible here).
 
 Goal: verifier (bwrap) >= 80% of the matching bare loop's branches/s.
 
@@ -25,7 +32,8 @@ A breakdown then times the parts of one verification (median of ``--runs``):
 sandbox start/close, a no-op command in the sandbox, plain pytest in the
 sandbox, the guarded run on the host and in the sandbox, the workspace scans.
 
-Usage: python bench/bench_verify.py [--branches 40] [--concurrency 2] [--runs 10] [--backends bwrap,none]
+Usage: python bench/bench_verify.py [--branches 40] [--concurrency 2] [--chunk 8] [--runs 10]
+       [--backends bwrap,none] [--no-installed] [--no-breakdown]
 """
 
 from __future__ import annotations
@@ -180,7 +188,11 @@ def bare_env(like_for_like: bool) -> dict[str, str]:
 
 def bare_pytest(cwd: Path, like_for_like: bool) -> None:
     argv = PYTEST + (LIKE_FOR_LIKE if like_for_like else [])
-    result = subprocess.run(argv, cwd=cwd, env=bare_env(like_for_like), capture_output=True, text=True)
+    # In a session of its own, as every sandboxed command is: with Linux autogroup scheduling each session is a
+    # scheduling group, so children left in this process's session would get less CPU than the sandboxes' whenever
+    # anything else on the machine competes for it.
+    result = subprocess.run(argv, cwd=cwd, env=bare_env(like_for_like), capture_output=True, text=True,
+                            start_new_session=True)
     if result.returncode != 0 or f"{N_TESTS} passed" not in result.stdout:
         raise SystemExit(f"error: bare pytest failed (rc {result.returncode}):\n{result.stdout}{result.stderr}")
 
@@ -404,7 +416,7 @@ async def host_rows(runs: int) -> list[tuple[str, float]]:
 
         def run(argv: list[str], stdin: str | None = None, like_for_like: bool = True) -> None:
             result = subprocess.run(argv, cwd=cwd, env=bare_env(like_for_like), input=stdin, capture_output=True,
-                                    text=True)
+                                    text=True, start_new_session=True)
             if result.returncode != 0:
                 raise SystemExit(f"error: host {argv[:4]} failed:\n{result.stdout}{result.stderr}")
 

@@ -41,3 +41,15 @@ def write_jsonl(tmp_path: Path):
         return path
 
     return write
+
+
+@pytest.fixture
+def replay_file(tmp_path: Path):
+    """Write scripted replay entries (dicts) to a JSONL file and return its path."""
+
+    def write(entries: list[dict], name: str = "replay.jsonl") -> Path:
+        path = tmp_path / name
+        path.write_text("".join(json.dumps(entry) + "\n" for entry in entries))
+        return path
+
+    return write

@@ -23,7 +23,7 @@ def test_examples_load_with_verifiers_and_lines():
     tasks = load_tasks(EXAMPLES / "tasks.jsonl")
     assert len(tasks) >= 10
     assert tasks.lines["add-small"] == 1
-    assert tasks["add-small"].verifiers == ("answer",)
+    assert tasks["add-small"].verifiers == ("answer", "judge")
     assert tasks["fix-factorial"].verifiers == ("tests", "judge")
     assert tasks["fix-is-even"].effective_test_command == DEFAULT_TEST_COMMAND
     yaml_tasks = load_tasks(EXAMPLES / "tasks.yaml")

@@ -141,7 +141,7 @@ def fork(tasks_file: Path | None, branches: int, model_spec: str | None, base_ur
         tasks = list(task_set) if task_set is not None else runner.stored_tasks()
         started = time.monotonic()
         try:
-            asyncio.run(_drive(runner, model, tasks, str(tasks_file) if tasks_file else None,
+            asyncio.run(_drive(runner, model, pipeline, tasks, str(tasks_file) if tasks_file else None,
                                resume_id is not None, retry_errors, err))
         except KeyboardInterrupt:
             summary = fork_summary(store, runner.run_id, time.monotonic() - started)
@@ -161,12 +161,14 @@ def fork(tasks_file: Path | None, branches: int, model_spec: str | None, base_ur
         _print_summary(summary)
 
 
-async def _drive(runner, model, tasks, task_file, resume, retry_errors, err) -> None:
-    """Run the fork with a progress bar; the model's clients close in the same event loop."""
+async def _drive(runner, model, pipeline, tasks, task_file, resume, retry_errors, err) -> None:
+    """Run the fork with a progress bar; the models' clients close in the same event loop."""
     try:
         await _progress(runner, tasks, task_file, resume, retry_errors, err)
     finally:
         await model.aclose()
+        if pipeline is not None:
+            await pipeline.aclose()
 
 
 async def _progress(runner, tasks, task_file, resume, retry_errors, err) -> None:

@@ -65,7 +65,13 @@ def run_command(run_id: str, db: Path | None, verifiers: tuple[str, ...], judge_
         if run is None:
             raise ConfigError(f"no run {run_id} in {store.path}")
         pipeline = _pipeline(verifiers, judge_spec, judge_samples, sandbox or run["sandbox"] or "bwrap", run["model"])
-        result = asyncio.run(verify_stored_run(store, run_id, pipeline, sandbox or run["sandbox"] or "bwrap"))
+        async def go():
+            try:
+                return await verify_stored_run(store, run_id, pipeline, sandbox or run["sandbox"] or "bwrap")
+            finally:
+                await pipeline.aclose()
+
+        result = asyncio.run(go())
     if as_json:
         click.echo(dump_json(result))
     else:

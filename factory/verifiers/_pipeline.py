@@ -94,6 +94,24 @@ class VerificationPipeline:
             verdicts.append(await run_verifier(verifier, VerifyContext(task, branch, criterion, sandbox)))
         return verdicts
 
+    async def aclose(self) -> None:
+        """Close the models of verifiers that hold one (the judge)."""
+        for verifier in self.verifiers.values():
+            model = getattr(verifier, "model", None)
+            if model is not None and hasattr(model, "aclose"):
+                await model.aclose()
+
+    @staticmethod
+    def store_pairwise(store: Store, run_id: str, task_id: str, branch_a: int, branch_b: int,
+                       judgment: Any) -> None:
+        """Write both orders of one pairwise comparison (a ``PairwiseJudgment``) as judgments rows."""
+        store.write_judgments([
+            {"run_id": run_id, "task_id": task_id, "judge": str(call.get("model")), "kind": "pairwise",
+             "branch_a": branch_a, "branch_b": branch_b, "sample_index": int(call.get("sample_index", 0)),
+             "swapped": bool(call.get("swapped")), "score": None, "preference": call.get("preference"),
+             "status": str(call.get("status")), "raw": call.get("raw"), "created_at": utc_now()}
+            for call in judgment.calls])
+
     @staticmethod
     def store(store: Store, run_id: str, task_id: str, branch_index: int, verdicts: Sequence[Verdict]) -> None:
         """Write verdicts and the judge samples they carry."""

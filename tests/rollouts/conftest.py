@@ -1,24 +1,6 @@
-"""Helpers for rollout tests: scripted replay files."""
+"""Scripted agent turns shared by rollout and verifier tests (the replay_file fixture is in tests/conftest.py)."""
 
 from __future__ import annotations
-
-import json
-from pathlib import Path
-
-import pytest
-
-
-@pytest.fixture
-def replay_file(tmp_path: Path):
-    """Write scripted replay entries to a JSONL file and return its path."""
-
-    def write(entries: list[dict], name: str = "replay.jsonl") -> Path:
-        path = tmp_path / name
-        path.write_text("".join(json.dumps(entry) + "\n" for entry in entries))
-        return path
-
-    return write
-
 
 FIX_FACTORIAL = [
     {"prompt_contains": "factorial", "turn": 0,
