@@ -344,98 +344,95 @@ async def throughput(n: int, concurrency: int, chunk: int, backends: Sequence[st
 # ------------------------------------------------------------------ breakdown
 
 
-async def median_ms(runs: int, fn: Callable[[], Awaitable[object]]) -> float:
-    await fn()  # warm-up
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        await fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1000
+Probe = Callable[[], Awaitable["dict[str, float] | None"]]
 
 
-async def breakdown(backend: str, runs: int) -> list[tuple[str, float]]:
-    verifier = TestsVerifier(reference_sandbox=None)
+async def breakdown(backends: Sequence[str], runs: int) -> dict[str, float]:
+    """Median ms of each part of one verification, on the host and per backend, timed round-robin."""
     args = _pytest_args(TASK.effective_test_command or "", TASK)
     assert args is not None
+    verifier = TestsVerifier(reference_sandbox=None)
     spec = SandboxSpec(files=TASK.files, readonly_files=TASK.tests)
-    rows: list[tuple[str, float]] = []
-
-    async def start_close() -> None:
-        sandbox = create_sandbox(backend, spec)
-        await sandbox.start()
-        await sandbox.close()
-
-    starts, closes = [], []
-    for _ in range(runs + 1):
-        sandbox = create_sandbox(backend, spec)
-        t0 = time.perf_counter()
-        await sandbox.start()
-        t1 = time.perf_counter()
-        await sandbox.close()
-        starts.append(t1 - t0)
-        closes.append(time.perf_counter() - t1)
-    rows.append(("sandbox start (workspace seed)", statistics.median(starts[1:]) * 1000))
-    rows.append(("sandbox close", statistics.median(closes[1:]) * 1000))
-
-    sandbox: Sandbox = create_sandbox(backend, spec)
-    await sandbox.start()
-    try:
-        async def ok(command: list[str], stdin: str | None = None) -> None:
-            result = await sandbox.exec(command, stdin=stdin)
-            if not result.ok:
-                raise SystemExit(f"error: {backend}: {command[:4]} failed: {result.describe()[-1500:]}")
-
-        rows.append(("exec `python -c pass`", await median_ms(runs, lambda: ok(["python", "-c", "pass"]))))
-        rows.append(("exec `python -c 'import pytest'`",
-                     await median_ms(runs, lambda: ok(["python", "-c", "import pytest"]))))
-        rows.append(("exec plain pytest -q (like-for-like)", await median_ms(runs, lambda: ok(
-            ["env", "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1", "python", "-m", "pytest", "-q", *LIKE_FOR_LIKE]))))
-
-        async def guarded() -> None:
-            payload = await verifier._guarded_run(sandbox, TASK, args)
-            if payload.get("unreported") or payload.get("exit") != 0:
-                raise SystemExit(f"error: {backend}: guarded run failed: {payload}")
-
-        rows.append(("exec guarded pytest (_guarded_run)", await median_ms(runs, guarded)))
-        rows.append(("scan_workspace (x2 per verification)",
-                     await median_ms(runs, lambda: scan_workspace(sandbox, TASK))))
-        ctx = VerifyContext(TASK, BranchOutput("done"), criteria_for(TASK)[0], sandbox)
-        rows.append(("whole verifier call (no reference)", await median_ms(runs, lambda: verifier(ctx))))
-    finally:
-        await sandbox.close()
-    return rows
-
-
-async def host_rows(runs: int) -> list[tuple[str, float]]:
-    """The same programs outside any sandbox, through plain subprocess.run."""
-    args = _pytest_args(TASK.effective_test_command or "", TASK)
-    rows: list[tuple[str, float]] = []
+    probes: dict[str, Probe] = {}
     with tempfile.TemporaryDirectory(prefix="bench-verify-") as tmp:
         cwd = seed_dir(Path(tmp))
 
-        def run(argv: list[str], stdin: str | None = None, like_for_like: bool = True) -> None:
-            result = subprocess.run(argv, cwd=cwd, env=bare_env(like_for_like), input=stdin, capture_output=True,
-                                    text=True, start_new_session=True)
-            if result.returncode != 0:
-                raise SystemExit(f"error: host {argv[:4]} failed:\n{result.stdout}{result.stderr}")
+        def host(argv: list[str], stdin: bool = False) -> Probe:
+            async def probe() -> None:
+                settings = json.dumps({"nonce": secrets.token_hex(16), "args": args,
+                                       "test_files": sorted(TASK.tests), "allow_conftest": False})
+                result = subprocess.run(argv, cwd=cwd, env=bare_env(True), input=settings if stdin else None,
+                                        capture_output=True, text=True, start_new_session=True)
+                if result.returncode != 0:
+                    raise SystemExit(f"error: host {argv[:4]} failed:\n{result.stdout}{result.stderr}")
+            return probe
 
-        async def timed(argv: list[str], stdin: str | None = None, like_for_like: bool = True) -> None:
-            run(argv, stdin, like_for_like)
+        probes["host   python -c pass"] = host([sys.executable, "-c", "pass"])
+        probes["host   python -c 'import pytest'"] = host([sys.executable, "-c", "import pytest"])
+        probes["host   pytest -q (like-for-like)"] = host(PYTEST + LIKE_FOR_LIKE)
+        probes["host   guard program (python -I -c GUARD)"] = host([sys.executable, "-I", "-c", GUARD_SOURCE], True)
 
-        def settings() -> str:
-            return json.dumps({"nonce": secrets.token_hex(16), "args": args, "test_files": sorted(TASK.tests),
-                               "allow_conftest": False})
+        sandboxes: list[Sandbox] = []
+        try:
+            for backend in backends:
+                sandbox = create_sandbox(backend, spec)
+                await sandbox.start()
+                sandboxes.append(sandbox)
+                tag = f"{backend:6} "
 
-        rows.append(("python -c pass", await median_ms(runs, lambda: timed([sys.executable, "-c", "pass"]))))
-        rows.append(("python -c 'import pytest'",
-                     await median_ms(runs, lambda: timed([sys.executable, "-c", "import pytest"]))))
-        rows.append(("pytest -q (plugins autoloaded)",
-                     await median_ms(runs, lambda: timed(PYTEST, like_for_like=False))))
-        rows.append(("pytest -q (like-for-like)", await median_ms(runs, lambda: timed(PYTEST + LIKE_FOR_LIKE))))
-        rows.append(("guard program (python -I -c GUARD)",
-                     await median_ms(runs, lambda: timed([sys.executable, "-I", "-c", GUARD_SOURCE], settings()))))
-    return rows
+                async def start_close(backend: str = backend) -> dict[str, float]:
+                    fresh = create_sandbox(backend, spec)
+                    t0 = time.perf_counter()
+                    await fresh.start()
+                    t1 = time.perf_counter()
+                    await fresh.close()
+                    return {"sandbox start (seed workspace)": t1 - t0, "sandbox close": time.perf_counter() - t1}
+
+                def run(command: list[str], sandbox: Sandbox = sandbox) -> Probe:
+                    async def probe() -> None:
+                        result = await sandbox.exec(command)
+                        if not result.ok:
+                            tail = result.describe()[-1500:]
+                            raise SystemExit(f"error: {sandbox.name}: {command[:4]} failed: {tail}")
+                    return probe
+
+                async def guarded(sandbox: Sandbox = sandbox) -> None:
+                    payload = await verifier._guarded_run(sandbox, TASK, args)
+                    if payload.get("unreported") or payload.get("exit") != 0:
+                        raise SystemExit(f"error: {sandbox.name}: guarded run failed: {payload}")
+
+                async def scan(sandbox: Sandbox = sandbox) -> None:
+                    await scan_workspace(sandbox, TASK)
+
+                async def whole(sandbox: Sandbox = sandbox) -> None:
+                    await verifier(VerifyContext(TASK, BranchOutput("done"), criteria_for(TASK)[0], sandbox))
+
+                probes[tag + "sandbox start + close"] = start_close
+                probes[tag + "exec `python -c pass`"] = run(["python", "-c", "pass"])
+                probes[tag + "exec `python -c 'import pytest'`"] = run(["python", "-c", "import pytest"])
+                probes[tag + "exec plain pytest -q (like-for-like)"] = run(
+                    ["env", "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1", "python", "-m", "pytest", "-q", *LIKE_FOR_LIKE])
+                probes[tag + "exec guarded pytest (_guarded_run)"] = guarded
+                probes[tag + "scan_workspace (runs twice per call)"] = scan
+                probes[tag + "whole verifier call (no reference)"] = whole
+
+            times: dict[str, list[float]] = {}
+            for attempt in range(runs + 1):  # the first round warms up
+                for name, probe in probes.items():
+                    start = time.perf_counter()
+                    parts = await probe()
+                    elapsed = time.perf_counter() - start
+                    if not attempt:
+                        continue
+                    if parts:
+                        for part, seconds in parts.items():
+                            times.setdefault(name.split(" ", 1)[0].ljust(7) + part, []).append(seconds)
+                    else:
+                        times.setdefault(name, []).append(elapsed)
+        finally:
+            for sandbox in sandboxes:
+                await sandbox.close()
+    return {name: statistics.median(values) * 1000 for name, values in times.items()}
 
 
 # ------------------------------------------------------------------ main
@@ -525,17 +522,22 @@ def main() -> None:
 
     # ---- breakdown
     if not args.no_breakdown:
-        print(f"\n[2] where one verification's time goes (median of {args.runs}, sequential)")
-        host = asyncio.run(host_rows(args.runs))
-        for name, ms in host:
-            print(f"    host   {name:42} {ms:8.1f} ms")
-        ref = dict(host)["pytest -q (like-for-like)"]
+        print(f"\n[2] where one verification's time goes (median of {args.runs}, sequential, round-robin)")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", NoSandboxWarning)
+            parts = asyncio.run(breakdown(backends, args.runs))
+        ref = parts["host   pytest -q (like-for-like)"]
+        for name, ms in parts.items():
+            print(f"    {name:50} {ms:8.1f} ms  ({ms / ref:5.2f}x host like-for-like pytest)")
         for backend in backends:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", NoSandboxWarning)
-                rows = asyncio.run(breakdown(backend, args.runs))
-            for name, ms in rows:
-                print(f"    {backend:6} {name:42} {ms:8.1f} ms  ({ms / ref:5.2f}x host like-for-like pytest)")
+            tag = f"{backend:6} "
+            sandbox_cost = parts[tag + "exec `python -c pass`"] - parts["host   python -c pass"]
+            guard_cost = (parts[tag + "exec guarded pytest (_guarded_run)"]
+                          - parts[tag + "exec plain pytest -q (like-for-like)"])
+            print(f"    {backend}: sandbox cost per command (exec `python -c pass` - host) {sandbox_cost:+.1f} ms; "
+                  f"guard cost (guarded - plain pytest, both in {backend}) {guard_cost:+.1f} ms")
+            record(f"parts {backend}", "sandbox ms per command", f"{sandbox_cost:+.1f}")
+            record(f"parts {backend}", "guard ms (vs plain pytest)", f"{guard_cost:+.1f}")
     print_table()
     if errors:
         print(f"\nerror: {len(errors)} loop(s) had verdicts other than pass:", file=sys.stderr)

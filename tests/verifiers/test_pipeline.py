@@ -70,3 +70,52 @@ def test_verify_cli_reverifies_a_run(tmp_path, replay_file):
                              "--json"], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == {"run_id": "r1", "branches": 4, "verdicts": 4, "verified": 4, "passed": 3}
+
+
+GOLDEN = __import__("pathlib").Path(__file__).resolve().parents[2] / "examples" / "golden"
+
+
+def test_verify_golden_cli_reports_false_negatives_and_positives():
+    ok = subprocess.run([sys.executable, "-m", "factory.cli", "verify", "golden", "--verifier", "answer",
+                         "--correct", str(GOLDEN / "answer-correct.jsonl"),
+                         "--exploits", str(GOLDEN / "answer-exploits.jsonl"), "--json"],
+                        capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    report = json.loads(ok.stdout)
+    assert report["clean"] and report["exploits"] == len(report["caught"]) == 13
+    # swapped files: every correct case is now a "false positive" and every exploit a "false negative"
+    swapped = subprocess.run([sys.executable, "-m", "factory.cli", "verify", "golden", "--verifier", "answer",
+                              "--correct", str(GOLDEN / "answer-exploits.jsonl"),
+                              "--exploits", str(GOLDEN / "answer-correct.jsonl")],
+                             capture_output=True, text=True, timeout=120)
+    assert swapped.returncode == 1
+    assert "false negatives 13, false positives 4" in swapped.stdout
+
+
+def test_verify_calibrate_cli_on_a_judged_run(tmp_path, replay_file):
+    from factory.rollouts.models import ModelOptions
+    from factory.verifiers import ScalarLLMJudgeVerifier
+    from tests.rollouts.wire_server import Reply, WireServer
+
+    with WireServer() as server:
+        # judge scores: high for the right answer's branch, low for the wrong one (3 samples each)
+        server.push(*[Reply.ok('{"score": 9, "reason": "right"}')] * 3, *[Reply.ok('{"score": 2, "reason": "no"}')] * 3)
+        judge = ScalarLLMJudgeVerifier(create_model("openai:judge", ModelOptions(base_url=f"{server.url}/v1",
+                                                                                  api_key="t")))
+        task = ADD.model_copy(update={"rubric": "right number"})
+        model = create_model(f"replay:{replay_file(ANSWERS)}")
+        with Store.open(tmp_path / "c.duckdb") as store:
+            runner = RolloutForkRunner(model, store, ForkConfig(branches=2, concurrency=1, sandbox="bwrap"),
+                                       run_id="cal", pipeline=VerificationPipeline({"judge": judge}))
+
+            async def go():
+                return [r async for r in runner.run([task])]
+
+            asyncio.run(go())
+    result = subprocess.run([sys.executable, "-m", "factory.cli", "verify", "calibrate", "cal", "--db",
+                             str(tmp_path / "c.duckdb"), "--json"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["n_branches"] == 2 and report["n_objective_pass"] == 1
+    assert report["auc"] == 1.0
+    assert report["self_agreement"]["share_within_1"] == 1.0
