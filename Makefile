@@ -38,6 +38,7 @@ test: setup
 bench: setup
 	$(PY) bench/bench_store.py
 	$(PY) bench/bench_fork.py
+	$(PY) bench/bench_verify.py
 
 lint: setup
 	$(VENV)/bin/ruff check factory tests bench

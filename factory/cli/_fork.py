@@ -19,7 +19,13 @@ def build_pipeline(config, policy_spec: str, judge_spec: str | None, samples: in
                    base_url: str | None):
     """The verification pipeline of a run: objective verifiers, plus the judge when a judge model is given."""
     from factory.rollouts.models import ModelOptions, ResilientModel, create_model
-    from factory.verifiers import JudgeBudget, ScalarLLMJudgeVerifier, TestsVerifier, VerificationPipeline
+    from factory.verifiers import (
+        JudgeBudget,
+        JudgeSameAsPolicyWarning,
+        ScalarLLMJudgeVerifier,
+        TestsVerifier,
+        VerificationPipeline,
+    )
 
     verifiers = {"tests": TestsVerifier(timeout_s=max(120.0, config.limits.timeout_s),
                                         reference_sandbox=config.sandbox, limits=config.limits)}
@@ -28,8 +34,11 @@ def build_pipeline(config, policy_spec: str, judge_spec: str | None, samples: in
             click.secho(f"WARNING: the judge ({judge_spec}) is the policy model; its scores will favour its own "
                         "habits. Use a different --judge.", fg="yellow", err=True)
         judge = ResilientModel(create_model(judge_spec, ModelOptions(base_url=base_url)))
-        verifiers["judge"] = ScalarLLMJudgeVerifier(
-            judge, k=samples, budget=JudgeBudget(budget) if budget is not None else None, policy_spec=policy_spec)
+        with warnings.catch_warnings():  # said once, above, without a Python warning's file and line
+            warnings.simplefilter("ignore", JudgeSameAsPolicyWarning)
+            verifiers["judge"] = ScalarLLMJudgeVerifier(
+                judge, k=samples, budget=JudgeBudget(budget) if budget is not None else None,
+                policy_spec=policy_spec)
     return VerificationPipeline(verifiers)
 
 
