@@ -11,6 +11,8 @@ environment for the code under test to find. It:
   no plugin autoload and, unless the task ships one, no conftest;
 - writes the JUnit XML into a fresh temp dir outside the workspace and reads
   it back inside pytest's own process right after pytest wrote it;
+- refuses to load bytecode from the workspace (a planted pytest cache of the
+  tests would otherwise replace them), so the real sources are compiled;
 - watches, with an audit hook and a plugin installed before any code under
   test is imported, for: the test files being opened by code under test
   (reading expected values out of the tests), ``Function.runtest`` or the
@@ -29,10 +31,12 @@ from __future__ import annotations
 
 __all__ = ["GUARD_SOURCE", "GUARD_VERSION"]
 
-GUARD_VERSION = "1"
+GUARD_VERSION = "2"  # 2: workspace bytecode refused
 
 GUARD_SOURCE = r'''
-import base64, json, os, sys, tempfile
+import base64, json, os, shutil, sys, tempfile
+# -I ignores PYTHONDONTWRITEBYTECODE: the guard must not leave bytecode in the workspace.
+sys.dont_write_bytecode = True
 settings = json.loads(sys.stdin.read())
 sys.stdin.close()
 try:
@@ -59,6 +63,11 @@ def _audit(event, args):
         path = os.path.realpath(os.fsdecode(args[0]))
     except Exception:
         return
+    if path.endswith(".pyc") and path.startswith(workspace + os.sep):
+        # Bytecode in the workspace may be planted (a pytest cache of the tests with
+        # the tests' source hash but empty bodies). Refused, pytest and importlib
+        # fall back to compiling the real sources.
+        raise PermissionError(f"factory guard: workspace bytecode is not loaded: {path}")
     if path not in test_paths:
         return
     frame = sys._getframe(1)
@@ -160,6 +169,7 @@ for proc in survivors:
     except OSError:
         pass
 payload = {"exit": code, "xml": guard.xml, "problems": problems, "survivors": survivors}
+shutil.rmtree(report_dir, ignore_errors=True)
 sys.stdout.flush()
 os.write(1, ("\n" + nonce + " " + base64.b64encode(json.dumps(payload).encode()).decode() + "\n").encode())
 os._exit(0)

@@ -23,13 +23,16 @@ __all__ = ["GoldenCase", "GoldenReport", "load_golden", "run_golden", "verify_st
 
 
 async def _verify_in_workspace(pipeline: VerificationPipeline, task: Task, output: BranchOutput,
-                               workspace: dict[str, Any] | None, sandbox_name: str) -> list[Verdict]:
+                               workspace: dict[str, Any] | None, sandbox_name: str,
+                               commands: tuple[str, ...] = ()) -> list[Verdict]:
     from factory.rollouts import workspace_spec
     from factory.rollouts.sandbox import create_sandbox
 
     if not pipeline.needs_sandbox(task):
         return await pipeline.verify(task, output, None)
     async with create_sandbox(sandbox_name, workspace_spec(task, workspace)) as sandbox:
+        for command in commands:  # what the branch ran during its turns (golden cases)
+            await sandbox.exec(command)
         return await pipeline.verify(task, output, sandbox)
 
 
@@ -73,6 +76,7 @@ class GoldenCase:
         final_answer: The branch's answer.
         workspace: Files the branch left (``{"files": {...}, "deleted": [...]}``).
         line: Where the case is in its file.
+        commands: Shell commands the branch ran, replayed in the sandbox before verifying.
     """
 
     id: str
@@ -80,10 +84,11 @@ class GoldenCase:
     final_answer: str | None
     workspace: dict[str, Any]
     line: int
+    commands: tuple[str, ...] = ()
 
 
 def load_golden(path: Path) -> list[GoldenCase]:
-    """Read a golden set (JSONL: ``{id, task, final_answer?, files?, deleted?}``).
+    """Read a golden set (JSONL: ``{id, task, final_answer?, files?, deleted?, commands?}``).
 
     Raises:
         TaskFileError: With file, line and field of every problem.
@@ -101,7 +106,8 @@ def load_golden(path: Path) -> list[GoldenCase]:
             data = json.loads(line)
             task = Task.model_validate(data["task"])
             cases.append(GoldenCase(str(data["id"]), task, data.get("final_answer"),
-                                    {"files": data.get("files") or {}, "deleted": data.get("deleted") or []}, number))
+                                    {"files": data.get("files") or {}, "deleted": data.get("deleted") or []}, number,
+                                    tuple(data.get("commands") or ())))
         except KeyError as exc:
             problems.append(TaskProblem(str(path), number, str(exc.args[0]), "required field is missing"))
         except (ValueError, TypeError) as exc:
@@ -140,7 +146,7 @@ async def run_golden(verifier_name: str, pipeline: VerificationPipeline, correct
     for expect_pass, cases in ((True, correct), (False, exploits)):
         for case in cases:
             verdicts = await _verify_in_workspace(restricted, case.task, BranchOutput(case.final_answer),
-                                                  case.workspace, sandbox_name)
+                                                  case.workspace, sandbox_name, case.commands)
             mine = [v for v in verdicts if v.verifier == verifier_name]
             verdict = mine[0] if mine else None
             entry = {"id": case.id, "line": case.line, "status": verdict.status if verdict else "not_applicable",
