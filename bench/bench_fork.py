@@ -43,9 +43,10 @@ import tempfile
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from _results import RESULTS, Row, print_table, record, verdict  # bench/ is on sys.path
 
 from factory.rollouts import AGENT_TOOLS, AgentConfig, ForkConfig, RolloutForkRunner, ToolCallingAgent
 from factory.rollouts.models import ChatModel, ModelOptions, create_model
@@ -58,29 +59,6 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "tasks.jsonl"
 BIN = str(Path(sys.executable).parent)  # the venv's bin: its python3 is what the sandboxes run
 
 
-@dataclass
-class Row:
-    """One line of the final table."""
-
-    bench: str
-    metric: str
-    value: str
-    baseline: str
-    ratio: str
-    goal: str
-    ok: bool | None
-
-
-RESULTS: list[Row] = []
-
-
-def record(bench: str, metric: str, value: str, baseline: str = "", ratio: str = "", goal: str = "",
-           ok: bool | None = None) -> None:
-    RESULTS.append(Row(bench, metric, value, baseline, ratio, goal, ok))
-
-
-def verdict(ok: bool) -> str:
-    return "MET" if ok else "MISSED"
 
 
 def write_replay(path: Path, delay_s: float) -> Path:
@@ -389,24 +367,6 @@ def bench_local(tasks: Sequence[Task], max_tokens: int, threads: int) -> None:
 
 
 # ------------------------------------------------------------------ main
-
-
-def print_table() -> None:
-    if not RESULTS:
-        return
-    headers = ("bench", "metric", "value", "baseline", "ratio", "goal", "status")
-    cells = [(r.bench, r.metric, r.value, r.baseline, r.ratio, r.goal,
-              "" if r.ok is None else verdict(r.ok)) for r in RESULTS]
-    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
-
-    def line(row: Sequence[str]) -> str:
-        return "  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip()
-
-    print("\nresults")
-    print(line(headers))
-    print(line(["-" * w for w in widths]))
-    for c in cells:
-        print(line(c))
 
 
 def run_isolated(name: str, argv: list[str]) -> None:

@@ -59,6 +59,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from _results import print_table, record, verdict  # bench/ is on sys.path
+
 from factory.rollouts.sandbox import NoSandboxWarning, Sandbox, SandboxSpec, create_sandbox
 from factory.tasks import Task
 from factory.verifiers import BranchOutput, TestsVerifier, Verdict, VerifyContext, criteria_for, run_verifier
@@ -148,29 +150,6 @@ LIKE_FOR_LIKE = ["-p", "no:cacheprovider"]  # plus PYTEST_DISABLE_PLUGIN_AUTOLOA
 GOAL = 0.8
 
 
-@dataclass
-class Row:
-    """One line of the final table."""
-
-    bench: str
-    metric: str
-    value: str
-    baseline: str
-    ratio: str
-    goal: str
-    ok: bool | None
-
-
-RESULTS: list[Row] = []
-
-
-def record(bench: str, metric: str, value: str, baseline: str = "", ratio: str = "", goal: str = "",
-           ok: bool | None = None) -> None:
-    RESULTS.append(Row(bench, metric, value, baseline, ratio, goal, ok))
-
-
-def verdict(ok: bool) -> str:
-    return "MET" if ok else "MISSED"
 
 
 def seed_dir(path: Path) -> Path:
@@ -449,22 +428,6 @@ async def breakdown(backends: Sequence[str], runs: int) -> dict[str, float]:
 
 
 # ------------------------------------------------------------------ main
-
-
-def print_table() -> None:
-    headers = ("bench", "metric", "value", "baseline", "ratio", "goal", "status")
-    cells = [(r.bench, r.metric, r.value, r.baseline, r.ratio, r.goal,
-              "" if r.ok is None else verdict(r.ok)) for r in RESULTS]
-    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
-
-    def line(row: Sequence[str]) -> str:
-        return "  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip()
-
-    print("\nresults")
-    print(line(headers))
-    print(line(["-" * w for w in widths]))
-    for c in cells:
-        print(line(c))
 
 
 def main() -> None:

@@ -218,7 +218,7 @@ def _print_summary(summary: dict) -> None:
     table.add_row("[bold]total[/]", str(summary["branches"]), str(summary["ok"]), str(summary["max_turns"]),
                   str(summary["errors"]), f"{summary['passed']}/{summary['verified']}", str(summary["hacks"]),
                   f"{summary['input_tokens']:,}", f"{summary['output_tokens']:,}")
-    Console().print(table)
+    Console(width=None if sys.stdout.isatty() else 160).print(table)
     cost = f"${summary['cost_usd']:.4f}" if summary.get("cost_usd") is not None else "unknown"
     click.echo(f"{summary['status']} in {summary.get('elapsed_s', 0):.1f}s "
                f"({summary.get('branches_per_s') or 0:.2f} branches/s), cost {cost}, "

@@ -1,0 +1,54 @@
+"""The results table every benchmark prints at its end (shared by the bench scripts)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = ["RESULTS", "Row", "print_table", "record", "verdict"]
+
+
+@dataclass
+class Row:
+    """One line of the final table."""
+
+    bench: str
+    metric: str
+    value: str
+    baseline: str
+    ratio: str
+    goal: str
+    ok: bool | None
+
+
+RESULTS: list[Row] = []
+
+
+def record(bench: str, metric: str, value: str, baseline: str = "", ratio: str = "", goal: str = "",
+           ok: bool | None = None) -> None:
+    """Add a row to the table."""
+    RESULTS.append(Row(bench, metric, value, baseline, ratio, goal, ok))
+
+
+def verdict(ok: bool) -> str:
+    """How a goal reads in the table."""
+    return "MET" if ok else "MISSED"
+
+
+def print_table() -> None:
+    """Print the rows recorded so far as an aligned table."""
+    if not RESULTS:
+        return
+    headers = ("bench", "metric", "value", "baseline", "ratio", "goal", "status")
+    cells = [(r.bench, r.metric, r.value, r.baseline, r.ratio, r.goal,
+              "" if r.ok is None else verdict(r.ok)) for r in RESULTS]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
+
+    def line(row: Sequence[str]) -> str:
+        return "  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip()
+
+    print("\nresults")
+    print(line(headers))
+    print(line(["-" * w for w in widths]))
+    for c in cells:
+        print(line(c))
