@@ -19,7 +19,7 @@ from factory.rollouts.models._base import (
     register_model,
 )
 from factory.rollouts.models._gguf import read_gguf_metadata
-from factory.rollouts.models._http_errors import error_for_status, retry_after_seconds
+from factory.rollouts.models._http_errors import error_for_status, retry_after_seconds, sdk_errors
 from factory.rollouts.models._local import LocalChatModel
 from factory.rollouts.models._openai import OpenAIChatModel, to_openai_messages
 from factory.rollouts.models._pricing import PRICES_PER_MTOK, cost_usd
@@ -63,6 +63,7 @@ __all__ = [
     "render_chat_template",
     "request_key",
     "retry_after_seconds",
+    "sdk_errors",
     "to_anthropic_messages",
     "to_openai_messages",
 ]

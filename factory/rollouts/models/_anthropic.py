@@ -11,7 +11,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from factory.errors import MalformedResponseError, ModelConfigError, ProviderTimeoutError
+from factory.errors import MalformedResponseError, ModelConfigError
 from factory.rollouts.models._base import (
     ChatResponse,
     Message,
@@ -21,7 +21,7 @@ from factory.rollouts.models._base import (
     Usage,
     register_model,
 )
-from factory.rollouts.models._http_errors import error_for_status
+from factory.rollouts.models._http_errors import sdk_errors
 from factory.rollouts.models._pricing import cost_usd
 
 __all__ = ["AnthropicChatModel", "to_anthropic_messages"]
@@ -82,7 +82,6 @@ class AnthropicChatModel:
         seed: int | None = None,  # the Messages API has no seed
         max_tokens: int = 1024,
     ) -> ChatResponse:
-        anthropic = self._anthropic
         system, wire = to_anthropic_messages(messages)
         request: dict[str, Any] = {"model": self.model, "messages": wire, "max_tokens": max_tokens,
                                    "extra_body": {"temperature": temperature}}
@@ -91,16 +90,8 @@ class AnthropicChatModel:
         if tools:
             request["tools"] = [{"name": t.name, "description": t.description, "input_schema": dict(t.parameters)}
                                 for t in tools]
-        try:
+        with sdk_errors(self._anthropic, "anthropic"):
             reply = await self._client.messages.create(**request)
-        except anthropic.APIStatusError as exc:
-            raise error_for_status("anthropic", exc.status_code, str(exc.message), dict(exc.response.headers)) from exc
-        except anthropic.APITimeoutError as exc:
-            raise ProviderTimeoutError(f"anthropic: request timed out: {exc}") from exc
-        except anthropic.APIConnectionError as exc:
-            raise ProviderTimeoutError(f"anthropic: connection failed: {exc}") from exc
-        except (anthropic.APIResponseValidationError, ValueError, TypeError) as exc:
-            raise MalformedResponseError(f"anthropic: malformed response: {exc}") from exc
         return self._parse(reply)
 
     def _parse(self, reply: Any) -> ChatResponse:

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Iterator, Mapping
+from types import ModuleType
 
-from factory.errors import ModelError, ProviderRequestError, ProviderServerError, RateLimitError
+from factory.errors import (
+    MalformedResponseError,
+    ModelError,
+    ProviderRequestError,
+    ProviderServerError,
+    ProviderTimeoutError,
+    RateLimitError,
+)
 
-__all__ = ["error_for_status", "retry_after_seconds"]
+__all__ = ["error_for_status", "retry_after_seconds", "sdk_errors"]
 
 
 def retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:
@@ -33,3 +42,22 @@ def error_for_status(provider: str, status: int, message: str, headers: Mapping[
     if status >= 500 or status in (408, 409):
         return ProviderServerError(text, retry_after=retry_after)
     return ProviderRequestError(text)
+
+
+@contextlib.contextmanager
+def sdk_errors(sdk: ModuleType, provider: str) -> Iterator[None]:
+    """Translate the errors of an official SDK (``openai``, ``anthropic``: same shape) into ours.
+
+    Statuses go through :func:`error_for_status`; timeouts and connection
+    failures are retryable; a body that breaks the protocol is malformed.
+    """
+    try:
+        yield
+    except sdk.APIStatusError as exc:
+        raise error_for_status(provider, exc.status_code, str(exc.message), dict(exc.response.headers)) from exc
+    except sdk.APITimeoutError as exc:
+        raise ProviderTimeoutError(f"{provider}: request timed out: {exc}") from exc
+    except sdk.APIConnectionError as exc:
+        raise ProviderTimeoutError(f"{provider}: connection failed: {exc}") from exc
+    except (sdk.APIResponseValidationError, ValueError, TypeError) as exc:
+        raise MalformedResponseError(f"{provider}: malformed response: {exc}") from exc

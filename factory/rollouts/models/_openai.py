@@ -12,7 +12,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from factory.errors import MalformedResponseError, ModelConfigError, ProviderTimeoutError
+from factory.errors import MalformedResponseError, ModelConfigError
 from factory.rollouts.models._base import (
     ChatResponse,
     Message,
@@ -22,7 +22,7 @@ from factory.rollouts.models._base import (
     Usage,
     register_model,
 )
-from factory.rollouts.models._http_errors import error_for_status
+from factory.rollouts.models._http_errors import sdk_errors
 from factory.rollouts.models._pricing import cost_usd
 
 __all__ = ["OpenAIChatModel", "to_openai_messages"]
@@ -87,7 +87,6 @@ class OpenAIChatModel:
         seed: int | None = None,
         max_tokens: int = 1024,
     ) -> ChatResponse:
-        openai = self._openai
         request: dict[str, Any] = {
             "model": self.model, "messages": to_openai_messages(messages),
             "temperature": temperature, "max_tokens": max_tokens,
@@ -96,16 +95,8 @@ class OpenAIChatModel:
             request["seed"] = seed
         if tools:
             request["tools"] = [tool.openai_schema() for tool in tools]
-        try:
+        with sdk_errors(self._openai, "openai"):
             completion = await self._client.chat.completions.create(**request)
-        except openai.APIStatusError as exc:
-            raise error_for_status("openai", exc.status_code, str(exc.message), dict(exc.response.headers)) from exc
-        except openai.APITimeoutError as exc:
-            raise ProviderTimeoutError(f"openai: request timed out: {exc}") from exc
-        except openai.APIConnectionError as exc:
-            raise ProviderTimeoutError(f"openai: connection failed: {exc}") from exc
-        except (openai.APIResponseValidationError, ValueError, TypeError) as exc:
-            raise MalformedResponseError(f"openai: malformed response: {exc}") from exc
         return self._parse(completion)
 
     def _parse(self, completion: Any) -> ChatResponse:
