@@ -16,7 +16,7 @@ __all__ = ["build_pipeline", "fork", "parse_temperatures"]
 
 
 def build_pipeline(config, policy_spec: str, judge_spec: str | None, samples: int, budget: int | None,
-                   base_url: str | None):
+                   base_url: str | None, hack_penalty: float = 0.4):
     """The verification pipeline of a run: objective verifiers, plus the judge when a judge model is given."""
     from factory.rollouts.models import ModelOptions, ResilientModel, create_model
     from factory.verifiers import (
@@ -27,7 +27,7 @@ def build_pipeline(config, policy_spec: str, judge_spec: str | None, samples: in
         VerificationPipeline,
     )
 
-    verifiers = {"tests": TestsVerifier(timeout_s=max(120.0, config.limits.timeout_s),
+    verifiers = {"tests": TestsVerifier(penalty=hack_penalty, timeout_s=max(120.0, config.limits.timeout_s),
                                         reference_sandbox=config.sandbox, limits=config.limits)}
     if judge_spec:
         if judge_spec == policy_spec:
@@ -82,6 +82,8 @@ def parse_temperatures(text: str | None, branches: int) -> tuple[float, ...] | N
               help="LLM judge model for tasks with a rubric (a different model from the policy).")
 @click.option("--judge-samples", type=click.IntRange(min=1), default=3, show_default=True,
               help="Independent judge samples per branch (median aggregated).")
+@click.option("--hack-penalty", type=click.FloatRange(0, 1), default=0.4, show_default=True,
+              help="Subtracted from the tests score when tampering is detected (floored at 0).")
 @click.option("--judge-budget", type=click.IntRange(min=0), default=None,
               help="Cap on judge calls in this run; samples past it score a neutral 5 (budget_exhausted).")
 @db_option
@@ -95,8 +97,8 @@ def parse_temperatures(text: str | None, branches: int) -> tuple[float, ...] | N
 def fork(tasks_file: Path | None, branches: int, model_spec: str | None, base_url: str | None, sandbox: str | None,
          concurrency: int, temperatures: str | None, seed: int, max_turns: int, max_tokens: int,
          command_timeout: float, threads: int | None, no_verify: bool, judge_spec: str | None,
-         judge_samples: int, judge_budget: int | None, db: Path | None, run_id: str | None, resume_id: str | None,
-         retry_errors: bool, record: Path | None, as_json: bool) -> None:
+         judge_samples: int, hack_penalty: float, judge_budget: int | None, db: Path | None,
+         run_id: str | None, resume_id: str | None, retry_errors: bool, record: Path | None, as_json: bool) -> None:
     """Sample N branches per task from TASKS, each an agent run in its own sandbox.
 
     Every branch and its events are stored in the DuckDB file as they finish.
@@ -145,7 +147,7 @@ def fork(tasks_file: Path | None, branches: int, model_spec: str | None, base_ur
             model = RecordingModel(model, record)
         model = ResilientModel(model, limiter=AdaptiveLimiter(concurrency))
         pipeline = None if no_verify else build_pipeline(
-            config, model.spec, judge_spec, judge_samples, judge_budget, base_url=None)
+            config, model.spec, judge_spec, judge_samples, judge_budget, base_url=None, hack_penalty=hack_penalty)
         runner = RolloutForkRunner(model, store, config, run_id=resume_id or run_id, pipeline=pipeline)
         tasks = list(task_set) if task_set is not None else runner.stored_tasks()
         started = time.monotonic()

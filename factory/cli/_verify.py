@@ -29,13 +29,15 @@ def verify() -> None:
     """
 
 
-def _pipeline(verifiers: tuple[str, ...], judge_spec: str | None, samples: int, sandbox: str, policy: str | None):
+def _pipeline(verifiers: tuple[str, ...], judge_spec: str | None, samples: int, sandbox: str, policy: str | None,
+              hack_penalty: float = 0.4):
     from factory.cli._fork import build_pipeline
     from factory.rollouts import ForkConfig
     from factory.rollouts.sandbox import SandboxLimits
 
     config = ForkConfig(sandbox=sandbox, limits=SandboxLimits())
-    pipeline = build_pipeline(config, policy or "", judge_spec, samples, None, base_url=None)
+    pipeline = build_pipeline(config, policy or "", judge_spec, samples, None, base_url=None,
+                              hack_penalty=hack_penalty)
     if verifiers:
         pipeline.only = frozenset(verifiers)
     return pipeline
@@ -49,9 +51,11 @@ def _pipeline(verifiers: tuple[str, ...], judge_spec: str | None, samples: int, 
 @click.option("--judge-samples", type=click.IntRange(min=1), default=3, show_default=True,
               help="Judge samples per branch.")
 @click.option("--sandbox", default=None, help="Sandbox for verifiers that run code [default: the run's].")
+@click.option("--hack-penalty", type=click.FloatRange(0, 1), default=0.4, show_default=True,
+              help="Subtracted from the tests score when tampering is detected (floored at 0).")
 @json_option
 def run_command(run_id: str, db: Path | None, verifiers: tuple[str, ...], judge_spec: str | None,
-                judge_samples: int, sandbox: str | None, as_json: bool) -> None:
+                judge_samples: int, sandbox: str | None, hack_penalty: float, as_json: bool) -> None:
     """Re-verify every branch of RUN_ID from its stored final workspace.
 
     A verifier whose version changed adds new verdict rows; the old ones stay.
@@ -64,7 +68,8 @@ def run_command(run_id: str, db: Path | None, verifiers: tuple[str, ...], judge_
         run = store.run(run_id)
         if run is None:
             raise ConfigError(f"no run {run_id} in {store.path}")
-        pipeline = _pipeline(verifiers, judge_spec, judge_samples, sandbox or run["sandbox"] or "bwrap", run["model"])
+        pipeline = _pipeline(verifiers, judge_spec, judge_samples, sandbox or run["sandbox"] or "bwrap", run["model"],
+                             hack_penalty)
         async def go():
             try:
                 return await verify_stored_run(store, run_id, pipeline, sandbox or run["sandbox"] or "bwrap")

@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from factory.rollouts.models import ChatModel, ModelOptions, ResilientModel, RetryPolicy, create_model
 from factory.tasks import Task
@@ -472,3 +474,39 @@ def test_parse_preference(text: str, expected: str) -> None:
 @pytest.mark.parametrize("text", ['{"preference": "C"}', '{"preference": 1}', '{"score": 7}', '"A"'])
 def test_parse_preference_refuses(text: str) -> None:
     assert parse_judge_json(text, "preference")[0] is None
+
+
+# --- totality on adversarial judge replies (property-based) -----------------------------------------------------
+
+_JSONISH = st.one_of(
+    st.text(max_size=200),
+    st.builds(lambda s: '{"score": ' + s + ', "reason": "r"}', st.text(max_size=12)),
+    st.builds(lambda x: '{"score": ' + repr(x) + ', "reason": "r"}',
+               st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-10**6, 10**6))),
+    st.builds(lambda s: "```json\n" + s + "\n```", st.text(max_size=60)),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_JSONISH)
+def test_parse_judge_json_is_total_and_only_accepts_in_range_scores(reply):
+    answer, why = parse_judge_json(reply)
+    assert (answer is None) != (why is None)
+    if answer is not None:
+        score = answer["score"]
+        assert isinstance(score, (int, float)) and not isinstance(score, bool) and 0 <= score <= 10
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(_JSONISH, min_size=3, max_size=3))
+def test_judge_verdict_is_total_and_never_passes_on_invalid_replies(tmp_path_factory, replies):
+    path = tmp_path_factory.mktemp("judge") / "replies.jsonl"
+    path.write_text("".join(json.dumps({"response": {"text": r}}) + "\n" for r in replies))
+    judge = ScalarLLMJudgeVerifier(create_model(f"replay:{path}"), k=3)
+    task = Task(id="t", prompt="p", rubric="be right")
+    criterion = Criterion("judge", "", "judge", "be right")
+    verdict = asyncio.run(run_verifier(judge, VerifyContext(task, BranchOutput("an answer"), criterion)))
+    assert verdict.status in ("pass", "fail", "error")
+    valid = [parse_judge_json(r)[0] for r in replies]
+    if verdict.status == "pass":
+        assert sum(v is not None for v in valid) >= 2
