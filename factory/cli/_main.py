@@ -15,7 +15,9 @@ COMMANDS = {
     "fork": "factory.cli._fork:fork",
     "tasks": "factory.cli._tasks:tasks",
     "verify": "factory.cli._verify:verify",
+    "power": "factory.cli._rank:power",
     "query": "factory.cli._query:query",
+    "rank": "factory.cli._rank:rank",
     "runs": "factory.cli._query:runs",
 }
 

@@ -1,3 +1,51 @@
-"""Ranking: Bradley-Terry strengths with Wilson / McNemar power checks."""
+"""Ranking: Bradley–Terry strengths with Wilson / McNemar power checks, and paired arm comparisons."""
 
-__all__: list[str] = []
+from factory.ranking._arms import PairedArms, pair_arms, split_by_field
+from factory.ranking._bradley_terry import BTFit, comparisons_from_winners, fit_bradley_terry
+from factory.ranking._plots import plot_pass_rates, plot_strengths
+from factory.ranking._ranker import DEFAULT_REWARDS, RankedBranch, RankResult, RewardFunction, RolloutRanker
+from factory.ranking._records import BranchRecord, PairwiseOutcome, load_pairwise, load_records
+from factory.ranking._stats import (
+    PowerPolicy,
+    PowerReport,
+    compare_paired,
+    mcnemar_exact,
+    mcnemar_exact_many,
+    min_detectable_delta_pp,
+    paired_sample_size,
+    pass_at_k,
+    powered,
+    wilson_half_width,
+    wilson_interval,
+)
+
+__all__ = [
+    "DEFAULT_REWARDS",
+    "BTFit",
+    "BranchRecord",
+    "PairedArms",
+    "PairwiseOutcome",
+    "PowerPolicy",
+    "PowerReport",
+    "RankResult",
+    "RankedBranch",
+    "RewardFunction",
+    "RolloutRanker",
+    "compare_paired",
+    "comparisons_from_winners",
+    "fit_bradley_terry",
+    "load_pairwise",
+    "load_records",
+    "mcnemar_exact",
+    "mcnemar_exact_many",
+    "min_detectable_delta_pp",
+    "pair_arms",
+    "paired_sample_size",
+    "pass_at_k",
+    "plot_pass_rates",
+    "plot_strengths",
+    "powered",
+    "split_by_field",
+    "wilson_half_width",
+    "wilson_interval",
+]

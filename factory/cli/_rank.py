@@ -1,0 +1,191 @@
+"""``factory rank`` and ``factory power``: order branches, and say whether a difference is powered."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import click
+
+from factory.cli._options import db_option, dump_json, json_option, resolve_db
+
+__all__ = ["power", "rank"]
+
+_plot_option = click.option("--plot", type=click.Path(path_type=Path, dir_okay=False), default=None,
+                            help="Also write a PNG plot to FILE.")
+
+
+async def _judge_pairs(store, run_id: str, judge_spec: str, pairs_per_task: int) -> int:
+    """Ask the judge to compare up to K pairs per task (both orders each) and store the judgments."""
+    import itertools
+    import json
+
+    from factory.rollouts.models import ModelOptions, ResilientModel, create_model
+    from factory.tasks import Task
+    from factory.verifiers import BranchOutput, Criterion, ScalarLLMJudgeVerifier, VerificationPipeline
+
+    tasks = {row["task_id"]: Task.model_validate(json.loads(row["spec"]))
+             for row in store.tasks(run_id).iter_rows(named=True)}
+    judge = ScalarLLMJudgeVerifier(ResilientModel(create_model(judge_spec, ModelOptions())))
+    done = 0
+    try:
+        for task_id, group in itertools.groupby(store.branches(run_id).iter_rows(named=True),
+                                                key=lambda row: row["task_id"]):
+            task = tasks[task_id]
+            if not task.rubric:
+                continue
+            rows = list(group)
+            # Adjacent pairs first (branch 0-1, 1-2, ...), then the rest: each branch meets another early.
+            candidates = sorted(itertools.combinations(range(len(rows)), 2), key=lambda p: (p[1] - p[0], p))
+            for i, j in candidates[:pairs_per_task]:
+                a, b = rows[i], rows[j]
+                judgment = await judge.compare_pair(
+                    Criterion("judge", "pairwise preference", "judge", task.rubric), task,
+                    BranchOutput(a["final_answer"]), BranchOutput(b["final_answer"]))
+                VerificationPipeline.store_pairwise(store, run_id, task_id, a["branch_index"], b["branch_index"],
+                                                    judgment)
+                done += 1
+    finally:
+        await judge.model.aclose()
+    return done
+
+
+@click.command()
+@click.argument("run_id")
+@db_option
+@click.option("--judge-pairs", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Ask the judge to compare K pairs per task (both orders) before ranking.")
+@click.option("--judge", "judge_spec", default=None, help="Judge model for --judge-pairs.")
+@click.option("--bootstrap", type=click.IntRange(min=10), default=200, show_default=True,
+              help="Bootstrap rounds for the strengths' confidence intervals.")
+@_plot_option
+@json_option
+def rank(run_id: str, db: Path | None, judge_pairs: int, judge_spec: str | None, bootstrap: int, plot: Path | None,
+         as_json: bool) -> None:
+    """Rank each task's branches of RUN_ID, store the ranking, and say whether it is powered.
+
+    Reward: objective 1.0 + judge 0.3 x score/10. Strengths: Bradley-Terry on the
+    judge's pairwise comparisons within a task, or on the rewards when there are none.
+    """
+    from factory.errors import ConfigError
+    from factory.ranking import RolloutRanker, load_pairwise, load_records, plot_strengths
+    from factory.store import Store
+
+    if judge_pairs and not judge_spec:
+        raise ConfigError("--judge-pairs needs --judge MODEL")
+    with Store.open(resolve_db(db)) as store:
+        if store.run(run_id) is None:
+            raise ConfigError(f"no run {run_id} in {store.path}")
+        if judge_pairs:
+            asyncio.run(_judge_pairs(store, run_id, judge_spec, judge_pairs))
+        records = load_records(store, run_id)
+        result = RolloutRanker(bootstrap_rounds=bootstrap).rank(records, load_pairwise(store, run_id))
+        with store.transaction():
+            store.query("DELETE FROM rankings WHERE run_id = ?", [run_id])
+            store.write_rankings([r.row(run_id) for r in result.ranked])
+    if plot is not None:
+        plot_strengths([vars(r) for r in result.ranked], plot, f"run {run_id}: strengths within each task")
+    if as_json:
+        click.echo(dump_json({"run_id": run_id, **result.to_dict(), "plot": str(plot) if plot else None}))
+        return
+    _print_ranking(run_id, result)
+    if plot is not None:
+        click.echo(f"plot: {plot}")
+
+
+def _print_ranking(run_id: str, result) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"ranking of {run_id}")
+    for column in ("task", "rank", "branch", "reward", "strength [95% CI]", "objective", "hack"):
+        table.add_column(column, justify="left" if column in ("task", "objective") else "right")
+    last = None
+    for r in result.ranked:
+        table.add_row(r.task_id if r.task_id != last else "", str(r.rank), f"b{r.branch_index}", f"{r.reward:.2f}",
+                      f"{r.strength:+.2f} [{r.ci_low:+.2f}, {r.ci_high:+.2f}]",
+                      {True: "pass", False: "fail"}.get(r.objective_pass, "-"), "yes" if r.hack_detected else "")
+        last = r.task_id
+    Console(width=None if sys.stdout.isatty() else 160).print(table)
+    stats = result.stats
+    p = "n/a" if stats["mcnemar_p"] is None else f"{stats['mcnemar_p']:.4g}"
+    mdd = "n/a" if stats["min_detectable_delta_pp"] is None else f"{stats['min_detectable_delta_pp']:.1f} pp"
+    click.echo(f"top vs bottom half, paired by task: n={stats['n']}, McNemar p={p}, "
+               f"min detectable difference {mdd}, powered={stats['powered']}")
+    click.echo(("evidence: " if stats["evidence"] else "not evidence: ") + stats["verdict"])
+
+
+@click.command()
+@db_option
+@click.option("--runs", nargs=2, default=None, metavar="R1 R2",
+              help="Compare two runs over the same tasks (arm A = R1, arm B = R2).")
+@click.option("--run", "run_id", default=None, help="The run whose branches are split into two arms (with --by).")
+@click.option("--by", "field", default=None, help="Branch field that splits one run into arms, e.g. temperature.")
+@click.option("--a", "a_value", default=None, help="Value of --by for arm A.")
+@click.option("--b", "b_value", default=None, help="Value of --by for arm B.")
+@click.option("--target-delta", type=float, default=None, help="Difference to plan for, in percentage points.")
+@click.option("--alpha", type=float, default=0.05, show_default=True, help="Significance level.")
+@click.option("--check", is_flag=True, help="Exit 0 only when powered and significant (1 otherwise), for CI scripts.")
+@_plot_option
+@json_option
+def power(db: Path | None, runs: tuple[str, str] | None, run_id: str | None, field: str | None,
+          a_value: str | None, b_value: str | None, target_delta: float | None, alpha: float, check: bool,
+          plot: Path | None, as_json: bool) -> None:
+    """Compare two arms paired by task: pass rates with Wilson intervals, McNemar exact p, and a verdict.
+
+    Arms are branches of one run split by a field (--run RUN --by temperature --a 0.5 --b 0.9),
+    or two runs over the same tasks (--runs R1 R2). Within a task, the i-th verified
+    branch of arm A is paired with the i-th of arm B.
+    """
+    from factory.errors import ConfigError
+    from factory.ranking import compare_paired, load_records, pair_arms, plot_pass_rates, split_by_field
+    from factory.store import Store
+
+    with Store.open(resolve_db(db), read_only=True) as store:
+        if runs:
+            for rid in runs:
+                if store.run(rid) is None:
+                    raise ConfigError(f"no run {rid} in {store.path}")
+            paired = pair_arms(load_records(store, runs[0]), load_records(store, runs[1]), runs[0], runs[1])
+        elif field and a_value is not None and b_value is not None:
+            if run_id is None:
+                latest = store.runs()
+                if latest.height == 0:
+                    raise ConfigError(f"no runs in {store.path}")
+                run_id = latest["run_id"][0]
+            elif store.run(run_id) is None:
+                raise ConfigError(f"no run {run_id} in {store.path}")
+            arm_a, arm_b = split_by_field(load_records(store, run_id), field, a_value, b_value)
+            paired = pair_arms(arm_a, arm_b, f"{field}={a_value}", f"{field}={b_value}")
+        else:
+            raise ConfigError("give --runs R1 R2, or --by FIELD --a VALUE --b VALUE [--run RUN]")
+    if not paired.a:
+        raise ConfigError("the two arms share no verified task to pair")
+    report = compare_paired(paired.a, paired.b, alpha=alpha, target_delta_pp=target_delta)
+    verdict = report.verdict.replace("arm A", paired.label_a).replace("arm B", paired.label_b)
+    if plot is not None:
+        plot_pass_rates([
+            {"label": paired.label_a, "k": report.k_a, "n": report.n, "rate": report.rate_a,
+             "low": report.ci_a[0], "high": report.ci_a[1]},
+            {"label": paired.label_b, "k": report.k_b, "n": report.n, "rate": report.rate_b,
+             "low": report.ci_b[0], "high": report.ci_b[1]},
+        ], plot, f"{paired.label_a} vs {paired.label_b}, paired by task (n={report.n})", verdict)
+    if as_json:
+        click.echo(dump_json({**report.to_dict(), "verdict": verdict, "arm_a": paired.label_a,
+                              "arm_b": paired.label_b, "plot": str(plot) if plot else None}))
+    else:
+        for label, k, rate, (low, high) in ((paired.label_a, report.k_a, report.rate_a, report.ci_a),
+                                            (paired.label_b, report.k_b, report.rate_b, report.ci_b)):
+            click.echo(f"{label:<24} {k:>4}/{report.n:<4} pass {100 * rate:5.1f}%  "
+                       f"95% Wilson [{100 * low:5.1f}, {100 * high:5.1f}]")
+        p = "n/a (fewer than 4 pairs)" if report.p_value is None else f"{report.p_value:.4g}"
+        mdd = report.min_detectable_delta_pp
+        click.echo(f"discordant pairs: {report.b} ({paired.label_a} only) / {report.c} ({paired.label_b} only); "
+                   f"McNemar exact p = {p}; min detectable difference "
+                   f"{'n/a' if mdd is None or mdd == float('inf') else f'{mdd:.1f} pp'}")
+        click.echo(verdict)
+        if plot is not None:
+            click.echo(f"plot: {plot}")
+    if check and not report.evidence:
+        raise SystemExit(1)

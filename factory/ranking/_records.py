@@ -1,0 +1,94 @@
+"""What the ranker and the power check read of a run: one record per branch, from the store."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from factory.store import Store
+
+__all__ = ["BranchRecord", "PairwiseOutcome", "load_pairwise", "load_records"]
+
+
+@dataclass(frozen=True)
+class BranchRecord:
+    """A verified branch, as the ranker sees it.
+
+    Attributes:
+        task_id: The task.
+        branch_index: The branch.
+        objective_pass: Every latest non-judge verdict passed (None: no objective verdict).
+        objective_score: Mean score of the latest non-judge verdicts (0 when none).
+        judge_score: The latest judge verdict's score in [0, 1] (median/10), if judged.
+        hack_detected: Any verifier caught tampering.
+        fields: Branch columns (temperature, seed, model, status, ...) for splitting arms.
+    """
+
+    task_id: str
+    branch_index: int
+    objective_pass: bool | None
+    objective_score: float
+    judge_score: float | None
+    hack_detected: bool
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PairwiseOutcome:
+    """One pairwise judge comparison within a task: ``a`` beat ``b`` (1), lost (0) or tied (0.5)."""
+
+    task_id: str
+    a: int
+    b: int
+    outcome: float
+
+
+def load_records(store: Store, run_id: str) -> list[BranchRecord]:
+    """One record per stored branch of ``run_id``, using each verifier's latest verdict."""
+    frame = store.query(
+        """
+        WITH latest AS (
+            SELECT * FROM verdicts WHERE run_id = ?
+            QUALIFY row_number() OVER (PARTITION BY task_id, branch_index, verifier
+                                       ORDER BY created_at DESC, version DESC) = 1)
+        SELECT b.task_id, b.branch_index, b.temperature, b.seed, b.model, b.status,
+               bool_and(v.status = 'pass') FILTER (WHERE v.verifier <> 'judge') AS objective_pass,
+               avg(v.score) FILTER (WHERE v.verifier <> 'judge') AS objective_score,
+               max(v.score) FILTER (WHERE v.verifier = 'judge' AND v.status IN ('pass', 'fail')) AS judge_score,
+               bool_or(coalesce(TRY_CAST(json_extract(v.details, '$.hack_detected') AS BOOLEAN), false)) AS hack
+        FROM branches b LEFT JOIN latest v USING (task_id, branch_index)
+        WHERE b.run_id = ?
+        GROUP BY ALL ORDER BY b.task_id, b.branch_index
+        """,
+        [run_id, run_id],
+    )
+    return [
+        BranchRecord(
+            task_id=row["task_id"], branch_index=int(row["branch_index"]), objective_pass=row["objective_pass"],
+            objective_score=float(row["objective_score"] or 0.0), judge_score=row["judge_score"],
+            hack_detected=bool(row["hack"]),
+            fields={k: row[k] for k in ("temperature", "seed", "model", "status")},
+        )
+        for row in frame.iter_rows(named=True)
+    ]
+
+
+def load_pairwise(store: Store, run_id: str) -> list[PairwiseOutcome]:
+    """Pairwise judgments of a run, one outcome per comparison (both orders merged; disagreement is a tie)."""
+    frame = store.query(
+        "SELECT task_id, branch_a, branch_b, swapped, preference, status FROM judgments "
+        "WHERE run_id = ? AND kind = 'pairwise' ORDER BY task_id, branch_a, branch_b, swapped",
+        [run_id],
+    )
+    grouped: dict[tuple[str, int, int], list[str | None]] = {}
+    for row in frame.iter_rows(named=True):
+        key = (row["task_id"], int(row["branch_a"]), int(row["branch_b"]))
+        grouped.setdefault(key, []).append(row["preference"] if row["status"] == "ok" else None)
+    outcomes = []
+    for (task_id, a, b), preferences in grouped.items():
+        valid = [p for p in preferences if p in ("a", "b", "tie")]
+        if not valid:
+            continue
+        agreed = valid[0] if len(set(valid)) == 1 and len(valid) == len(preferences) else "tie"
+        outcomes.append(PairwiseOutcome(task_id, a, b, {"a": 1.0, "b": 0.0, "tie": 0.5}[agreed]))
+    return outcomes
