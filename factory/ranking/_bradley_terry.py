@@ -365,7 +365,7 @@ def _newton(objective: _Objective, x: np.ndarray, tol: float, max_iter: int,
     gives a descent direction, so the line search keeps every step downhill.
     """
     value, won = objective.value(x)
-    last_gap = np.inf
+    reuse, last_gap = factor is not None, np.inf
     for step_no in range(max_iter + 1):
         expected = objective.expected(x, won)
         gap = objective.gap(expected)
@@ -373,7 +373,8 @@ def _newton(objective: _Objective, x: np.ndarray, tol: float, max_iter: int,
             return x, step_no, True
         if step_no == max_iter:
             break
-        if factor is None or gap > last_gap / 4.0:
+        reuse = reuse and gap <= last_gap / 4.0
+        if not reuse:
             try:
                 factor = linalg.cho_factor(objective.hessian(x, won), lower=False, overwrite_a=True,
                                            check_finite=False)

@@ -13,8 +13,8 @@ pair of branches compared: the higher reward wins, equal rewards tie). Each
 task is its own fit: strengths are comparable within a task only.
 
 **Order and ties.** Branches are sorted by reward (higher first), then by
-strength (higher first), then by branch index (lower first), so equal
-branches always come out in the same order.
+strength (higher first), both rounded to 9 decimals, then by branch index
+(lower first), so equal branches always come out in the same order.
 
 **Is the order evidence?** ``stats`` compares the objective outcomes of the
 top and bottom halves of every task, paired by task: with m verified
@@ -131,7 +131,9 @@ class RolloutRanker:
             strengths, lows, highs = fit.strengths, fit.ci_low, fit.ci_high
         else:  # a single branch
             strengths = lows = highs = np.zeros(len(records))
-        order = sorted(range(len(records)), key=lambda i: (-rewards[i], -strengths[i], records[i].branch_index))
+        # Rounded so that rounding noise in equal fits never decides the order; the index does.
+        order = sorted(range(len(records)), key=lambda i: (-round(float(rewards[i]), 9),
+                                                           -round(float(strengths[i]), 9), records[i].branch_index))
         return [
             RankedBranch(records[i].task_id, records[i].branch_index, rank, float(rewards[i]), parts[i],
                          float(strengths[i]), float(lows[i]), float(highs[i]), records[i].objective_pass,
