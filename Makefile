@@ -39,6 +39,7 @@ bench: setup
 	$(PY) bench/bench_store.py
 	$(PY) bench/bench_fork.py
 	$(PY) bench/bench_verify.py
+	$(PY) bench/bench_rank.py
 
 lint: setup
 	$(VENV)/bin/ruff check factory tests bench
