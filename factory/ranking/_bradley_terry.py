@@ -29,15 +29,18 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import ArrayLike
 from scipy import linalg, special
+from scipy.linalg import lapack
 
 from factory.errors import ConfigError
 
 __all__ = ["BTFit", "comparisons_from_winners", "fit_bradley_terry"]
 
-# Up to this many items Newton's method with a dense n x n Hessian is the
-# fastest solver (1,000 items: ~8 Cholesky solves); beyond it the Hessian's n²
-# memory and n³ factorisation cost more than MM sweeps, which are O(pairs).
-NEWTON_MAX_ITEMS = 2000
+# Up to this many items Newton's method with a dense n x n Hessian is used
+# (1,000 items: ~4 Cholesky factorisations of ~10 ms; 5,000 items: ~0.5 s
+# each and 200 MB). Beyond it MM sweeps, O(pairs) each, take over: slower to
+# converge (hundreds of sweeps, thousands on sparse data) but without the n²
+# memory and n³ time per step.
+_NEWTON_MAX_ITEMS = 5000
 
 # Armijo constant of the Newton line search; the slack forgives an objective
 # "increase" at rounding level, which near the optimum is all there is.
@@ -58,7 +61,9 @@ class BTFit:
             1). Item i beats item j with estimated probability
             σ(θ_i − θ_j).
         ci_low: Lower end of each strength's interval at confidence 1 − alpha
-            (same centred scale); NaN when the fit computed none.
+            (same centred scale); NaN when the fit computed none. An interval
+            is for θ_i − mean(θ), so it carries the mean's uncertainty too:
+            items that little ties to the rest widen every interval.
         ci_high: Upper end, likewise.
         iterations: Solver iterations of the point fit (Newton steps or MM
             sweeps).
@@ -100,11 +105,12 @@ class BTFit:
     def order(self) -> np.ndarray:
         """Item indices from strongest to weakest.
 
-        Exactly equal strengths keep index order (lower index first), so the
-        order is deterministic; it does not say the items differ, the
-        intervals do.
+        Strengths equal to 9 decimals count as tied, so that rounding noise
+        between items with symmetric data never decides their order; tied
+        items keep index order (lower index first). A place in the order is
+        not evidence that two items differ: the intervals say that.
         """
-        return np.argsort(-self.strengths, kind="stable")
+        return np.argsort(-np.round(self.strengths, 9), kind="stable")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready values: lists for the arrays, None for a missing interval end."""
@@ -174,19 +180,27 @@ class _Pairs:
     def totals(self, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Games and first's score per pair for the given category counts."""
         # Float sums of integers: exact, and in a fixed (sorted) order.
-        games = np.bincount(self.cat_pair, counts, minlength=self.n_pairs)
-        score = np.bincount(self.cat_pair, counts * self.cat_half, minlength=self.n_pairs) / 2.0
+        games = _sum_by(self.cat_pair, counts, self.n_pairs)
+        score = _sum_by(self.cat_pair, counts * self.cat_half, self.n_pairs) / 2.0
         return games, score
 
 
-def _indices(column: np.ndarray, name: str) -> np.ndarray:
+def _sum_by(index: np.ndarray, weights: np.ndarray, size: int) -> np.ndarray:
+    """Sum ``weights`` into ``size`` bins by ``index``, always as float64 (bincount of nothing is int64)."""
+    return np.bincount(index, weights, minlength=size).astype(np.float64, copy=False)
+
+
+def _whole(column: np.ndarray, what: str) -> np.ndarray:
+    """``column`` as int64, refusing anything but whole numbers."""
     if np.issubdtype(column.dtype, np.integer):
         return column.astype(np.int64, copy=False)
-    if column.dtype == bool or not np.issubdtype(column.dtype, np.floating):
-        raise ConfigError(f"comparison {name} indices must be integers, got dtype {column.dtype}")
-    if not np.all(np.isfinite(column)) or np.any(column != np.floor(column)):
-        raise ConfigError(f"comparison {name} indices must be whole numbers")
-    return column.astype(np.int64)
+    if not np.issubdtype(column.dtype, np.floating):
+        raise ConfigError(f"{what} must be numbers, got dtype {column.dtype}")
+    with np.errstate(invalid="ignore"):  # NaN, inf: caught by the comparison below
+        whole = column.astype(np.int64)
+    if not np.array_equal(whole, column):
+        raise ConfigError(f"{what} must be whole numbers, got {column[whole != column][0]!r}")
+    return whole
 
 
 def _aggregate(comparisons: ArrayLike, n_items: int | None) -> _Pairs:
@@ -195,13 +209,15 @@ def _aggregate(comparisons: ArrayLike, n_items: int | None) -> _Pairs:
         rows = rows.reshape(0, 3)
     if rows.ndim != 2 or rows.shape[1] != 3:
         raise ConfigError(f"comparisons must have shape (n, 3) of (i, j, outcome), got {rows.shape}")
-    if rows.dtype == object or not np.issubdtype(rows.dtype, np.number):
-        raise ConfigError(f"comparisons must be numeric (i, j, outcome) rows, got dtype {rows.dtype}")
-    i, j = _indices(rows[:, 0], "i"), _indices(rows[:, 1], "j")
-    twice = rows[:, 2].astype(np.float64) * 2.0
-    if not np.all((twice == 0.0) | (twice == 1.0) | (twice == 2.0)):
-        bad = rows[:, 2][~((twice == 0.0) | (twice == 1.0) | (twice == 2.0))][0]
-        raise ConfigError(f"outcome must be 1 (i won), 0 (j won) or 0.5 (tie), got {bad!r}")
+    if rows.dtype == bool:
+        raise ConfigError("comparisons must be numeric (i, j, outcome) rows, got booleans")
+    i, j = _whole(rows[:, 0], "item indices i"), _whole(rows[:, 1], "item indices j")
+    # An outcome in half points: 2 (i won), 1 (tie), 0 (j won).
+    twice = rows[:, 2] * 2
+    with np.errstate(invalid="ignore"):  # NaN, inf: caught by the comparison below
+        half = twice.astype(np.int64)
+    if not np.array_equal(half, twice) or (half.size and (half.min() < 0 or half.max() > 2)):
+        raise ConfigError("outcome must be 1 (i won), 0 (j won) or 0.5 (tie)")
     if np.any(i == j):
         raise ConfigError(f"an item cannot be compared with itself (item {int(i[i == j][0])})")
     smallest = int(min(i.min(), j.min())) if i.size else 0
@@ -216,9 +232,12 @@ def _aggregate(comparisons: ArrayLike, n_items: int | None) -> _Pairs:
     if largest >= n_items:
         raise ConfigError(f"item index {largest} out of range for n_items={n_items}")
 
-    first, second = np.minimum(i, j), np.maximum(i, j)
-    half = np.where(i < j, twice, 2.0 - twice).astype(np.int64)
-    key = (first * n_items + second) * 3 + half
+    # Category key: (pair with first < second) x (first's score in half points).
+    swapped = i > j
+    key = np.minimum(i, j)
+    key *= 3 * n_items
+    key += 3 * np.maximum(i, j)
+    key += np.where(swapped, 2 - half, half)
     n_keys = 3 * n_items * n_items
     # A dense count beats a sort when the key space is small next to the data.
     if n_keys <= max(4 * key.size, 1 << 20):
@@ -237,7 +256,11 @@ def _aggregate(comparisons: ArrayLike, n_items: int | None) -> _Pairs:
 
 
 def _strongly_connected(pairs: _Pairs) -> bool:
-    """Whether every item has scored against, and conceded to, every group of others (MLE exists)."""
+    """Whether the maximum-likelihood estimate exists (Zermelo 1929, Ford 1957).
+
+    It does when the graph with an edge u → v wherever u scored (won or tied)
+    against v is strongly connected.
+    """
     if pairs.n_items <= 1:
         return True
     # Imported here: only prior=0 needs it, and scipy.sparse is slow to import.
@@ -257,199 +280,310 @@ def _strongly_connected(pairs: _Pairs) -> bool:
 
 
 class _Objective:
-    """Negative log-posterior in log-strength space, for one set of pair totals.
+    """Negative log-posterior in log-strength space, for a batch of B sets of pair totals.
+
+    Row r of every (B, ·) array is one problem over the same pairs: the point
+    fit is a batch of one; bootstrap refits of small problems run many rounds
+    per batch, so numpy's per-call overhead is paid once per batch, not once
+    per round.
 
     Each item also plays a virtual game of weight ``prior`` that ends in a tie
     against a reference item of log-strength 0 (before centring).
+
+    Pair-sized work arrays are allocated once and written in place: on hosts
+    where page faults are dear (virtual machines), fresh pair-sized
+    temporaries cost several times the arithmetic done in them.
     """
 
-    def __init__(self, pairs: _Pairs, games: np.ndarray, score: np.ndarray, prior: float) -> None:
-        n = pairs.n_items
-        self.n = n
+    def __init__(self, pairs: _Pairs, prior: float, games: np.ndarray, score: np.ndarray) -> None:
+        self.n, self.prior = pairs.n_items, prior
         self.first, self.second = pairs.first, pairs.second
-        self.games, self.prior = games, prior
+        self.games = games
         conceded = games - score
-        # Items' observed scores (wins + half ties + half the virtual tie).
-        self.observed = (np.bincount(self.first, score, minlength=n)
-                         + np.bincount(self.second, conceded, minlength=n) + prior / 2.0)
-        # sum over pairs of conceded * (θ_first − θ_second) is linear in θ.
-        self.linear = np.bincount(self.first, conceded, minlength=n) - np.bincount(self.second, conceded, minlength=n)
+        # Items' observed scores: wins + half ties + half the virtual tie.
+        self.observed = self.per_item(score, conceded) + prior / 2.0
+        # sum over pairs of conceded · (θ_first − θ_second) is linear in θ.
+        self.linear = self.per_item(conceded, -conceded)
+        self._work = np.empty_like(games)
+        self._other = np.empty_like(games)
+        self._hess: np.ndarray | None = None
 
-    def value(self, x: np.ndarray) -> tuple[float, np.ndarray]:
-        """Objective at ``x`` and σ(x_first − x_second) per pair."""
-        diff = x[self.first] - x[self.second]
-        softplus = np.logaddexp(0.0, -diff)
-        value = float(self.games @ softplus + self.linear @ x)
+    def per_item(self, at_first: np.ndarray, at_second: np.ndarray) -> np.ndarray:
+        """Per-item sums (B', n) of pair values (B', P) credited to each pair's first and second item."""
+        rows, n = at_first.shape[0], self.n
+        if rows == 1:
+            return (_sum_by(self.first, at_first[0], n) + _sum_by(self.second, at_second[0], n))[None]
+        offsets = (np.arange(rows) * n)[:, None]
+        total = _sum_by((self.first + offsets).ravel(), at_first.ravel(), rows * n)
+        total += _sum_by((self.second + offsets).ravel(), at_second.ravel(), rows * n)
+        return total.reshape(rows, n)
+
+    def value(self, x: np.ndarray, won: np.ndarray) -> np.ndarray:
+        """Objective per row at ``x`` (B, n); writes first's win probability σ(x_first − x_second) into ``won``."""
+        work = np.take(x, self.first, axis=1, out=self._work)
+        work -= np.take(x, self.second, axis=1, out=self._other)
+        np.negative(work, out=work)
+        # Past a log-strength gap of ~709 exp overflows: the value is inf and
+        # the line search rejects the point.
+        with np.errstate(over="ignore"):
+            np.exp(work, out=work)
+        work += 1.0
+        np.divide(1.0, work, out=won)
+        np.log(work, out=work)  # log(1 + e^−d) = −log σ(d)
+        value = np.einsum("ij,ij->i", self.games, work) + np.einsum("ij,ij->i", self.linear, x)
         if self.prior:
-            value += self.prior * float(np.sum(np.logaddexp(0.0, x) - 0.5 * x))
-        return value, np.exp(-softplus)
+            value += self.prior * np.sum(np.logaddexp(0.0, x) - 0.5 * x, axis=1)
+        return value
 
     def expected(self, x: np.ndarray, won: np.ndarray) -> np.ndarray:
-        """Items' expected scores (the virtual tie included) given σ per pair."""
-        expected = (np.bincount(self.first, self.games * won, minlength=self.n)
-                    + np.bincount(self.second, self.games * (1.0 - won), minlength=self.n))
+        """Items' expected scores (the virtual tie included) given first's win probability per pair."""
+        share = np.multiply(self.games, won, out=self._work)
+        conceded = np.subtract(self.games, share, out=self._other)
+        expected = self.per_item(share, conceded)
         if self.prior:
             expected += self.prior * special.expit(x)
         return expected
 
-    def gap(self, expected: np.ndarray) -> float:
-        """Largest |log(observed / expected score)|: 0 at the optimum, and the size of an MM step."""
+    def gap(self, expected: np.ndarray) -> np.ndarray:
+        """Per row, the largest |log(observed / expected score)|: 0 at the optimum, and the size of an MM step."""
         with np.errstate(divide="ignore", invalid="ignore"):
-            gap = np.max(np.abs(np.log(self.observed / expected))) if self.n else 0.0
-        return float(gap) if np.isfinite(gap) else float("inf")
+            gap = np.max(np.abs(np.log(self.observed / expected)), axis=1)
+        return np.where(np.isfinite(gap), gap, np.inf)
 
-    def hessian(self, x: np.ndarray, won: np.ndarray) -> np.ndarray:
-        """Upper triangle and diagonal of the Hessian (a weighted graph Laplacian plus the prior's diagonal).
-
-        With no prior the Laplacian is singular along the all-ones direction
-        (a common shift changes nothing); 1/n is added to every entry, which
-        fixes the shift without changing a Newton step's component orthogonal
-        to it.
-        """
-        n = self.n
-        weight = self.games * won * (1.0 - won)
-        hess = np.bincount(self.first * n + self.second, weight, minlength=n * n).reshape(n, n)
-        np.negative(hess, out=hess)
-        diagonal = np.bincount(self.first, weight, minlength=n) + np.bincount(self.second, weight, minlength=n)
+    def _hessian_parts(self, rows: np.ndarray, x: np.ndarray, won: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per-pair curvature weights and the diagonal, for the given rows."""
+        # A slice, not a fancy index, for one row: a view, not a pair-sized copy.
+        pick = slice(int(rows[0]), int(rows[0]) + 1) if rows.size == 1 else rows
+        weight = np.subtract(1.0, won[pick])
+        weight *= won[pick]
+        weight *= self.games[pick]
+        diagonal = self.per_item(weight, weight)
         if self.prior:
-            sig = special.expit(x)
+            sig = special.expit(x[pick])
             diagonal += self.prior * sig * (1.0 - sig)
         else:
+            diagonal += 1.0 / self.n
+        return weight, diagonal
+
+    def hessian_factor(self, row: int, x: np.ndarray, won: np.ndarray) -> tuple[np.ndarray, bool]:
+        """Cholesky factor of one row's Hessian: a weighted graph Laplacian plus the prior's diagonal.
+
+        The matrix lives in one reused n×n Fortran-order buffer that LAPACK
+        factorises in place (lower triangle). With no prior the Laplacian is
+        singular along the all-ones direction (a common shift changes
+        nothing); 1/n is added to every entry, which fixes the shift without
+        changing a step's component orthogonal to it.
+
+        Raises:
+            numpy.linalg.LinAlgError: Not numerically positive definite.
+        """
+        n = self.n
+        weight, diagonal = self._hessian_parts(np.array([row]), x, won)
+        if self._hess is None:
+            self._hess = np.empty((n, n), order="F")
+        hess = self._hess
+        hess.fill(0.0 if self.prior else 1.0 / n)
+        # hess.T is C-ordered, so its flat index first·n + second is hess[second, first]:
+        # the strict lower triangle (pairs are unique, so plain assignment).
+        np.put(hess.T, self.first * n + self.second, -weight[0] + (0.0 if self.prior else 1.0 / n))
+        hess[np.diag_indices(n)] = diagonal[0]
+        return linalg.cho_factor(hess, lower=True, overwrite_a=True, check_finite=False)
+
+    def newton_steps(self, rows: np.ndarray, x: np.ndarray, won: np.ndarray, gradient: np.ndarray) -> np.ndarray:
+        """Newton steps H⁻¹·g for the given rows.
+
+        Raises:
+            numpy.linalg.LinAlgError: A Hessian is not numerically positive definite.
+        """
+        if rows.size == 1:
+            factor = self.hessian_factor(int(rows[0]), x, won)
+            return linalg.cho_solve(factor, gradient[rows[0]], check_finite=False)[None]
+        n = self.n
+        weight, diagonal = self._hessian_parts(rows, x, won)
+        hess = np.zeros((rows.size, n, n))
+        hess.reshape(rows.size, n * n)[:, self.first * n + self.second] = -weight
+        hess += hess.transpose(0, 2, 1)
+        if not self.prior:
             hess += 1.0 / n
-            diagonal += 1.0 / n
-        hess[np.diag_indices(n)] = diagonal
-        return hess
+        hess[:, np.arange(n), np.arange(n)] = diagonal
+        # The small-problem path: batched LU is as good as Cholesky at this size.
+        return np.linalg.solve(hess, gradient[rows][..., None])[..., 0]
 
     def best_offset(self, x: np.ndarray) -> np.ndarray:
-        """Shift ``x`` to the common offset the prior prefers (the data are blind to it).
+        """Shift each row of ``x`` to the common offset the prior prefers (the data are blind to it).
 
         The optimum sets the mean virtual win probability to one half:
-        sum σ(x + c) = n/2, a monotone equation in c.
+        sum σ(x + c) = n/2, an increasing function of c, solved by Newton's
+        method kept inside a bracket that holds the root.
         """
         if not self.prior:
-            return x - x.mean()
+            return x - x.mean(axis=1, keepdims=True)
         half = self.n / 2.0
-        # Safeguarded Newton on the increasing function sum σ(x + c) − n/2,
-        # kept inside a bracket that holds the root.
-        low, high = -float(x.max()) - 50.0, -float(x.min()) + 50.0
-        offset = -float(x.mean())
+        low, high = -x.max(axis=1) - 50.0, -x.min(axis=1) + 50.0
+        offset = -x.mean(axis=1)
         for _ in range(200):
-            sig = special.expit(x + offset)
-            excess = float(np.sum(sig)) - half
-            if excess > 0.0:
-                high = offset
-            else:
-                low = offset
-            slope = float(np.sum(sig * (1.0 - sig)))
-            guess = offset - excess / slope if slope > 0.0 else np.nan
-            if not low < guess < high:
-                guess = (low + high) / 2.0
-            if abs(guess - offset) <= 1e-15 * max(1.0, abs(offset)) or high - low <= 1e-15 * max(1.0, abs(offset)):
-                offset = guess
-                break
+            sig = special.expit(x + offset[:, None])
+            excess = sig.sum(axis=1) - half
+            high = np.where(excess > 0.0, offset, high)
+            low = np.where(excess > 0.0, low, offset)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                guess = offset - excess / np.sum(sig * (1.0 - sig), axis=1)
+            guess = np.where((guess >= low) & (guess <= high), guess, (low + high) / 2.0)
+            scale = np.maximum(1.0, np.abs(guess))
+            done = (np.abs(guess - offset) <= 1e-15 * scale) | (high - low <= 1e-15 * scale)
             offset = guess
-        return x + offset
+            if done.all():
+                break
+        return x + offset[:, None]
 
 
 # --------------------------------------------------------------------------- solvers
 
 
+_Result = tuple[np.ndarray, np.ndarray, np.ndarray]  # x (B, n), iterations (B,), converged (B,)
+
+
 def _newton(objective: _Objective, x: np.ndarray, tol: float, max_iter: int,
-            factor: tuple[np.ndarray, bool] | None = None) -> tuple[np.ndarray, int, bool]:
-    """Damped Newton: each step solves the Hessian system by Cholesky, then backtracks until the objective falls.
+            factor: tuple[np.ndarray, bool] | None = None) -> _Result:
+    """Damped Newton per row: solve the Hessian system, then backtrack until the objective falls.
 
     ``factor``, a Cholesky factor of a nearby Hessian (a bootstrap refit
-    passes the full data's, at the point estimate), is reused for as long as
-    each step cuts the score gap at least fourfold; that saves the O(n³)
-    factorisation, the dominant cost per step. Any positive definite matrix
-    gives a descent direction, so the line search keeps every step downhill.
+    passes the full data's, at the point estimate), is reused by a row for as
+    long as each of its steps cuts the score gap at least fourfold; that
+    saves the O(n³) factorisation, the dominant cost per step of a large
+    problem. Any positive definite matrix gives a descent direction, so the
+    line search keeps every step downhill.
     """
-    value, won = objective.value(x)
-    reuse, last_gap = factor is not None, np.inf
+    x = x.copy()
+    rows = x.shape[0]
+    won, trial_won = np.empty_like(objective.games), np.empty_like(objective.games)
+    value = objective.value(x, won)
+    reuse = np.full(rows, factor is not None)
+    last_gap = np.full(rows, np.inf)
+    iterations = np.zeros(rows, dtype=np.int64)
+    converged = np.zeros(rows, dtype=bool)
+    stuck = np.zeros(rows, dtype=bool)
     for step_no in range(max_iter + 1):
         expected = objective.expected(x, won)
         gap = objective.gap(expected)
-        if gap < tol:
-            return x, step_no, True
-        if step_no == max_iter:
+        converged |= gap < tol
+        active = ~converged & ~stuck
+        if step_no == max_iter or not active.any():
             break
-        reuse = reuse and gap <= last_gap / 4.0
-        if not reuse:
-            try:
-                factor = linalg.cho_factor(objective.hessian(x, won), lower=False, overwrite_a=True,
-                                           check_finite=False)
-            except linalg.LinAlgError:
-                # Not numerically positive definite (extreme strength gaps): MM needs no Hessian.
-                x, more, converged = _mm(objective, x, tol, max_iter - step_no)
-                return x, step_no + more, converged
+        reuse &= gap <= last_gap / 4.0
         last_gap = gap
         gradient = expected - objective.observed
-        step = linalg.cho_solve(factor, gradient, check_finite=False)
-        slope = float(gradient @ step)
-        size = 1.0
-        while True:
-            trial = x - size * step
-            trial_value, trial_won = objective.value(trial)
-            if trial_value <= value - _ARMIJO * size * slope + _ROUNDING_SLACK * abs(value):
-                break
-            size /= 2.0
-            if size < _MIN_STEP:
-                return x, step_no, False
-        x, value, won = trial, trial_value, trial_won
-    return x, max_iter, False
+        step = np.zeros_like(x)
+        chord = active & reuse
+        if chord.any():
+            step[chord] = linalg.cho_solve(factor, gradient[chord].T, check_finite=False).T
+        fresh = np.flatnonzero(active & ~reuse)
+        if fresh.size:
+            try:
+                step[fresh] = objective.newton_steps(fresh, x, won, gradient)
+            except np.linalg.LinAlgError:
+                # Not numerically positive definite (extreme strength gaps): MM needs no Hessian.
+                x_mm, more, converged_mm = _mm(objective, x, tol, max_iter - step_no)
+                return x_mm, iterations + np.where(active, more, 0), converged | (active & converged_mm)
+        slope = np.einsum("ij,ij->i", gradient, step)
+        size = np.ones(rows)
+        trial = x.copy()
+        pending = active.copy()
+        while pending.any():
+            trial[pending] = x[pending] - size[pending, None] * step[pending]
+            trial_value = objective.value(trial, trial_won)
+            # The slack forgives an "increase" at rounding level, which near the optimum is all there is;
+            # written as "not <=" so that a NaN value (0 games x an overflow) is never accepted.
+            pending &= ~(trial_value <= value - _ARMIJO * size * slope + _ROUNDING_SLACK * np.abs(value))
+            size[pending] /= 2.0
+            give_up = pending & (size < _MIN_STEP)
+            stuck |= give_up
+            pending &= ~give_up
+        moved = active & ~stuck
+        if moved.all():
+            x, trial, won, trial_won = trial, x, trial_won, won
+            value = trial_value
+        else:
+            x[moved], won[moved], value[moved] = trial[moved], trial_won[moved], trial_value[moved]
+        iterations[moved] += 1
+    return x, iterations, converged
 
 
-def _mm(objective: _Objective, x: np.ndarray, tol: float, max_iter: int) -> tuple[np.ndarray, int, bool]:
-    """Hunter's (2004) MM sweeps, each followed by the exact best common offset; both steps raise the posterior."""
+def _mm(objective: _Objective, x: np.ndarray, tol: float, max_iter: int) -> _Result:
+    """Hunter's (2004) MM sweeps per row, each followed by the exact best common offset.
+
+    Both steps raise the posterior, so every sweep does.
+    """
+    x = x.copy()
+    rows = x.shape[0]
     first, second, games = objective.first, objective.second, objective.games
-    n = objective.n
+    per_game, other = np.empty_like(games), np.empty_like(games)
+    iterations = np.zeros(rows, dtype=np.int64)
+    converged = np.zeros(rows, dtype=bool)
     for sweep in range(max_iter + 1):
         strength = np.exp(x)
-        per_game = games / (strength[first] + strength[second])
-        denominator = np.bincount(first, per_game, minlength=n) + np.bincount(second, per_game, minlength=n)
+        np.take(strength, first, axis=1, out=per_game)
+        per_game += np.take(strength, second, axis=1, out=other)
+        np.divide(games, per_game, out=per_game)
+        denominator = objective.per_item(per_game, per_game)
         if objective.prior:
             denominator += objective.prior / (strength + 1.0)
-        if objective.gap(strength * denominator) < tol:
-            return x, sweep, True
-        if sweep == max_iter:
+        converged |= objective.gap(strength * denominator) < tol
+        if sweep == max_iter or converged.all():
             break
         with np.errstate(divide="ignore"):
-            x = objective.best_offset(np.log(objective.observed / denominator))
-    return x, max_iter, False
+            swept = objective.best_offset(np.log(objective.observed / denominator))
+        x[~converged] = swept[~converged]
+        iterations[~converged] += 1
+    return x, iterations, converged
 
 
 # --------------------------------------------------------------------------- confidence intervals
 
 
-def _hessian_factor(objective: _Objective, x: np.ndarray) -> tuple[np.ndarray, bool]:
-    _, won = objective.value(x)
-    return linalg.cho_factor(objective.hessian(x, won), lower=False, overwrite_a=True, check_finite=False)
-
-
-def _fisher_se(factor: tuple[np.ndarray, bool], n: int) -> np.ndarray:
+def _fisher_se(factor: tuple[np.ndarray, bool]) -> np.ndarray:
     """Standard errors of the centred log-strengths from the inverse Hessian (a Laplace approximation)."""
-    cov = linalg.cho_solve(factor, np.eye(n), check_finite=False)
+    chol, lower = factor
+    inverse, info = lapack.dpotri(chol, lower=lower)
+    if info != 0:
+        raise np.linalg.LinAlgError(f"dpotri failed (info={info})")
+    # dpotri fills one triangle; mirror it.
+    tri = np.tril(inverse) if lower else np.triu(inverse)
+    cov = tri + tri.T - np.diag(np.diag(tri))
     # Var(θ_i − mean θ) = S_ii − 2·mean_j S_ij + mean(S). With no prior, S is
-    # L⁺ + J/n (see _Objective.hessian) and this gives L⁺_ii exactly.
+    # L⁺ + J/n (see _Objective.hessian_factor) and this gives L⁺_ii exactly.
     var = np.diag(cov) - 2.0 * cov.mean(axis=1) + cov.mean()
     return np.sqrt(np.maximum(var, 0.0))
 
 
+# Work per bootstrap batch, in floats per pair-sized or n×n array: rounds are
+# batched up to this, so tiny problems refit hundreds of rounds in one batch
+# and big ones (1,000 items) one round at a time.
+_BATCH_CELLS = 1 << 20
+
+
 def _bootstrap(pairs: _Pairs, prior: float, rounds: int, seed: int,
-               refit: Callable[[_Objective], tuple[np.ndarray, int, bool]]) -> tuple[np.ndarray, bool]:
+               refit: Callable[[_Objective, np.ndarray], _Result]) -> tuple[np.ndarray, bool]:
     """Refit ``rounds`` times on comparisons resampled with replacement; centred strengths per round."""
     # One row per comparison, in category (sorted) order: resampling rows of
     # this, not of the input, keeps the intervals blind to input order.
     category = np.repeat(np.arange(pairs.cat_count.size), pairs.cat_count.astype(np.int64))
+    picked = np.empty_like(category)
+    # Each round has its own stream: its resample does not depend on the batching.
+    streams = np.random.SeedSequence(seed).spawn(rounds)
+    batch = max(1, min(rounds, _BATCH_CELLS // (pairs.n_pairs + pairs.n_items**2)))
     draws = np.empty((rounds, pairs.n_items))
     converged = True
-    for r, child in enumerate(np.random.SeedSequence(seed).spawn(rounds)):
-        rng = np.random.default_rng(child)
-        counts = np.bincount(category[rng.integers(0, category.size, category.size)],
-                             minlength=pairs.cat_count.size).astype(np.float64)
-        x, _, ok = refit(_Objective(pairs, *pairs.totals(counts), prior))
-        draws[r] = x - x.mean()
-        converged &= ok
+    for start in range(0, rounds, batch):
+        size = min(batch, rounds - start)
+        games, score = np.empty((size, pairs.n_pairs)), np.empty((size, pairs.n_pairs))
+        for r in range(size):
+            rows = np.random.default_rng(streams[start + r]).integers(0, category.size, category.size)
+            counts = np.bincount(np.take(category, rows, out=picked), minlength=pairs.cat_count.size)
+            games[r], score[r] = pairs.totals(counts.astype(np.float64))
+        x, _, ok = refit(_Objective(pairs, prior, games, score), size)
+        draws[start:start + size] = x - x.mean(axis=1, keepdims=True)
+        converged &= bool(ok.all())
     return draws, converged
 
 
@@ -483,20 +617,21 @@ def fit_bradley_terry(
     items into two groups has an item of each group scoring (a win or a tie)
     against the other group.
 
-    **Solver.** ``method="auto"`` uses Newton's method for up to
-    ``NEWTON_MAX_ITEMS`` (2,000) items and MM beyond. Newton minimises the
-    convex negative log-posterior in log-strength space; the Hessian is a
-    weighted graph Laplacian (plus the prior's diagonal) built from the pair
-    totals and solved by dense Cholesky, and a backtracking line search makes
-    every step lower the objective, so it converges from any start, in few
-    steps (quadratically near the optimum). It is the fastest choice measured
-    at 1,000 items / 1,000,000 comparisons: about 8 steps from zero and 2–4
-    from a bootstrap warm start, where the MM algorithm (Hunter 2004) needs
-    hundreds of sweeps (it converges linearly) and L-BFGS ends less accurate
-    in more time. MM (each sweep O(distinct pairs), monotone in the
-    posterior, each sweep followed by the exact best common offset) serves
-    larger item sets, whose dense n×n Hessian would cost n² memory and n³
-    time per step.
+    **Solver.** ``method="auto"`` uses Newton's method for up to 5,000 items
+    and MM beyond. Newton minimises the convex negative log-posterior in
+    log-strength space: the Hessian is a weighted graph Laplacian (plus the
+    prior's diagonal) built from the pair totals and factorised by dense
+    Cholesky, and a backtracking line search makes every step lower the
+    objective, so it converges from any start, quadratically near the
+    optimum. It is the fastest of the three measured at 1,000 items /
+    1,000,000 comparisons (~0.17 s on 2 cores, aggregation included): 4
+    steps from each item's log-odds of scoring, where the MM algorithm of
+    Hunter (2004) needs ~480 sweeps to the same tolerance (it converges
+    linearly, slower still on sparse data; ~1.8 s) and L-BFGS (scipy) took
+    24 evaluations yet stopped 2e-4 from the optimum. MM (each sweep
+    O(distinct pairs), monotone in the posterior, each followed by the exact
+    best common offset) serves larger item sets, whose dense n×n Hessian
+    would cost n² memory and n³ time per step.
 
     **Confidence intervals.** ``ci="bootstrap"`` (the default): refit on
     ``bootstrap_rounds`` resamples of the comparisons (multinomial on the
@@ -505,12 +640,16 @@ def fit_bradley_terry(
     strength; an interval is widened to include the point estimate where a
     skewed bootstrap distribution leaves it outside. It needs no model
     assumption beyond independent comparisons, but it can only show variation
-    the data show: an item with no comparisons gets a zero-width interval.
+    the data show: an item with no comparisons gets a near-zero-width
+    interval. Rounds are independent streams spawned from ``seed``; small
+    problems refit many rounds in one vectorised batch, large ones reuse the
+    point estimate's Hessian factorisation while it keeps converging fast
+    (100 rounds at 1,000 items / 1,000,000 comparisons: ~8 s on 2 cores).
     ``ci="fisher"``: Wald intervals θ ± z·se from the inverse Hessian of the
     negative log-posterior (a Laplace approximation; the variance of the
-    centred strengths under the mean-0 constraint); deterministic and one
-    factorisation cheap, and wide where data are thin. ``ci=None``: no
-    intervals (NaN).
+    centred strengths under the mean-0 constraint); deterministic, costs one
+    dense n×n inverse (fine to a few thousand items), and is wide where data
+    are thin. ``ci=None``: no intervals (NaN).
 
     Args:
         comparisons: Rows ``(i, j, outcome)``, shape ``(n, 3)``: outcome 1
@@ -519,8 +658,9 @@ def fit_bradley_terry(
         n_items: Number of items; defaults to the largest index + 1. Items
             never compared get the prior alone (strength near 0).
         prior: Weight of each item's virtual tie against the reference, >= 0.
-            0.1 moves a well-compared item's strength by a fraction of a
-            percent of its standard error and keeps an undefeated one finite.
+            The default 0.1 weighs as a tenth of one comparison per item:
+            negligible once an item has played a few games, enough to keep an
+            undefeated item finite.
         max_iter: Most Newton steps or MM sweeps per fit.
         tol: Convergence when every item's expected score is within a factor
             ``exp(±tol)`` of its observed score (the gradient, relative; also
@@ -574,27 +714,41 @@ def fit_bradley_terry(
         return BTFit(zeros, zeros, zeros, 0, True, pairs.n_comparisons, ci, alpha, prior, rounds)
 
     if method == "auto":
-        method = "newton" if n <= NEWTON_MAX_ITEMS else "mm"
-    objective = _Objective(pairs, *pairs.totals(pairs.cat_count), prior)
+        method = "newton" if n <= _NEWTON_MAX_ITEMS else "mm"
+    games, score = pairs.totals(pairs.cat_count)
+    objective = _Objective(pairs, prior, games[None], score[None])
     solve = _newton if method == "newton" else _mm
-    x_hat, iterations, converged = solve(objective, np.zeros(n), tol, max_iter)
+    # Start from each item's log-odds of scoring (smoothed): near the optimum
+    # when opponents are mixed, which saves Newton a few steps; from any
+    # start the line search (or MM's monotonicity) still converges.
+    scored = objective.observed
+    played = objective.per_item(objective.games, objective.games) + prior
+    x, iterations, converged = solve(objective, np.log((scored + 0.5) / (played - scored + 0.5)), tol, max_iter)
+    x_hat = x[0]
     strengths = x_hat - x_hat.mean()
-    # Fisher needs this factor; Newton's bootstrap refits start from it.
-    factor = _hessian_factor(objective, x_hat) if ci == "fisher" or method == "newton" and ci else None
+    factor = None
+    if ci == "fisher" or (ci == "bootstrap" and method == "newton"):
+        # Fisher's intervals need it; Newton's bootstrap refits start from it.
+        won = np.empty_like(objective.games)
+        objective.value(x, won)
+        factor = objective.hessian_factor(0, x, won)
 
     if ci == "bootstrap":
-        def refit(resampled: _Objective) -> tuple[np.ndarray, int, bool]:
+        def refit(resampled: _Objective, size: int) -> _Result:
+            start = np.broadcast_to(x_hat, (size, n))
             if method == "newton":
-                return _newton(resampled, x_hat, tol, max_iter, factor)
-            return _mm(resampled, x_hat, tol, max_iter)
+                return _newton(resampled, start, tol, max_iter, factor)
+            return _mm(resampled, start, tol, max_iter)
 
         draws, all_converged = _bootstrap(pairs, prior, rounds, seed, refit)
-        converged = converged and all_converged
         low, high = np.quantile(draws, [alpha / 2.0, 1.0 - alpha / 2.0], axis=0)
         low, high = np.minimum(low, strengths), np.maximum(high, strengths)
     elif ci == "fisher":
-        half = special.ndtri(1.0 - alpha / 2.0) * _fisher_se(factor, n)
+        all_converged = True
+        half = special.ndtri(1.0 - alpha / 2.0) * _fisher_se(factor)
         low, high = strengths - half, strengths + half
     else:
+        all_converged = True
         low = high = np.full(n, np.nan)
-    return BTFit(strengths, low, high, iterations, bool(converged), pairs.n_comparisons, ci, alpha, prior, rounds)
+    return BTFit(strengths, low, high, int(iterations[0]), bool(converged[0]) and all_converged,
+                 pairs.n_comparisons, ci, alpha, prior, rounds)

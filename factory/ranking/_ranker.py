@@ -127,7 +127,7 @@ class RolloutRanker:
                     rows.append((i, j, 0.5 if abs(diff) < 1e-12 else float(diff > 0)))
         if rows:
             fit = fit_bradley_terry(np.array(rows, dtype=float), n_items=len(records),
-                                    bootstrap_rounds=self.bootstrap_rounds, seed=self.seed)
+                                    bootstrap_rounds=self.bootstrap_rounds, alpha=self.alpha, seed=self.seed)
             strengths, lows, highs = fit.strengths, fit.ci_low, fit.ci_high
         else:  # a single branch
             strengths = lows = highs = np.zeros(len(records))
