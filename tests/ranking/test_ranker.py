@@ -136,3 +136,41 @@ def test_power_command_by_field_and_check(verified_run, tmp_path):
 def test_power_needs_arms(verified_run):
     result = cli("power", "--db", verified_run)
     assert result.returncode == 2 and "give --runs R1 R2" in result.stderr
+
+
+def test_rank_with_judge_pairs_uses_swapped_comparisons(tmp_path):
+    """--judge-pairs: the judge compares branches in both orders; consistent preferences order equal rewards."""
+    import os
+
+    from tests.rollouts.wire_server import Reply, WireServer
+
+    task = Task(id="poem", prompt="Write a line about the sea.", rubric="vivid and concise")
+    replay = tmp_path / "replay.jsonl"
+    replay.write_text("".join(json.dumps({"response": {"text": text}}) + "\n"
+                              for text in ("The sea breathes silver.", "Sea is water.")))
+    db = tmp_path / "j.duckdb"
+    with Store.open(db) as store:
+        runner = RolloutForkRunner(create_model(f"replay:{replay}"), store, ForkConfig(branches=2, sandbox="bwrap"),
+                                   run_id="jp")
+
+        async def go():
+            return [r async for r in runner.run([task])]
+
+        asyncio.run(go())
+    with WireServer() as server:
+        # order AB: prefers A (branch 0); order BA (swapped): prefers B, i.e. branch 0 again -> consistent
+        server.push(Reply.ok('{"preference": "A", "reason": "vivid"}'), Reply.ok('{"preference": "B", "reason": "x"}'))
+        env = {**os.environ, "OPENAI_BASE_URL": f"{server.url}/v1", "OPENAI_API_KEY": "t"}
+        result = subprocess.run([sys.executable, "-m", "factory.cli", "rank", "jp", "--db", str(db), "--judge-pairs",
+                                 "1", "--judge", "openai:judge", "--json", "--bootstrap", "20"],
+                                capture_output=True, text=True, timeout=300, env=env)
+        bodies = server.bodies
+    assert result.returncode == 0, result.stderr
+    assert len(bodies) == 2
+    ranked = json.loads(result.stdout)["ranked"]
+    assert [r["branch_index"] for r in ranked] == [0, 1] and ranked[0]["strength"] > ranked[1]["strength"]
+    with Store.open(db, read_only=True) as store:
+        judgments = store.judgments("jp")
+        assert judgments["kind"].to_list() == ["pairwise", "pairwise"]
+        assert sorted(judgments["swapped"].to_list()) == [False, True]
+        assert set(judgments["preference"].to_list()) == {"a"}
