@@ -4,7 +4,7 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-EXTRAS ?= dev,local,openai,anthropic,docker,plot
+EXTRAS ?= dev,local,openai,anthropic,docker,plot,memory,memory-ann
 # Building llama-cpp-python takes minutes on 2 cores; the LLaVA part is not needed.
 export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
 
@@ -21,6 +21,8 @@ system-deps:
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	# torch first and exactly this version (a CPU build); any other spec would pull GBs of CUDA
+	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]'
 	touch $@
 

@@ -6,6 +6,7 @@ import asyncio
 import sys
 import time
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -78,6 +79,11 @@ def parse_temperatures(text: str | None, branches: int) -> tuple[float, ...] | N
               help="Wall-clock seconds per sandbox command.")
 @click.option("--threads", type=int, default=None, help="CPU threads for in-process models (local).")
 @click.option("--no-verify", is_flag=True, help="Do not run verifiers as branches finish.")
+@click.option("--memory", "use_memory", is_flag=True,
+              help="Prime branches with similar past winners, and store this run's winners afterwards.")
+@click.option("--memory-k", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Memories retrieved per task (with --memory).")
+@click.option("--embedder", default=None, help="Memory embedder: minilm (default when installed) or hashing.")
 @click.option("--judge", "judge_spec", default=None,
               help="LLM judge model for tasks with a rubric (a different model from the policy).")
 @click.option("--judge-samples", type=click.IntRange(min=1), default=3, show_default=True,
@@ -96,7 +102,8 @@ def parse_temperatures(text: str | None, branches: int) -> tuple[float, ...] | N
 @json_option
 def fork(tasks_file: Path | None, branches: int, model_spec: str | None, base_url: str | None, sandbox: str | None,
          concurrency: int, temperatures: str | None, seed: int, max_turns: int, max_tokens: int,
-         command_timeout: float, threads: int | None, no_verify: bool, judge_spec: str | None,
+         command_timeout: float, threads: int | None, no_verify: bool, use_memory: bool, memory_k: int,
+         embedder: str | None, judge_spec: str | None,
          judge_samples: int, hack_penalty: float, judge_budget: int | None, db: Path | None,
          run_id: str | None, resume_id: str | None, retry_errors: bool, record: Path | None, as_json: bool) -> None:
     """Sample N branches per task from TASKS, each an agent run in its own sandbox.
@@ -148,7 +155,15 @@ def fork(tasks_file: Path | None, branches: int, model_spec: str | None, base_ur
         model = ResilientModel(model, limiter=AdaptiveLimiter(concurrency))
         pipeline = None if no_verify else build_pipeline(
             config, model.spec, judge_spec, judge_samples, judge_budget, base_url=None, hack_penalty=hack_penalty)
-        runner = RolloutForkRunner(model, store, config, run_id=resume_id or run_id, pipeline=pipeline)
+        memory = None
+        if use_memory or (resume_id is not None and config.memory_k):
+            from factory.memory import DuckDBMemoryBackend, RolloutMemoryStore, create_embedder
+
+            memory = RolloutMemoryStore(DuckDBMemoryBackend(store), create_embedder(embedder))
+            if resume_id is None:
+                config = replace(config, memory_k=memory_k)
+        runner = RolloutForkRunner(model, store, config, run_id=resume_id or run_id, pipeline=pipeline,
+                                   memory=memory)
         tasks = list(task_set) if task_set is not None else runner.stored_tasks()
         started = time.monotonic()
         try:
@@ -160,6 +175,12 @@ def fork(tasks_file: Path | None, branches: int, model_spec: str | None, base_ur
                        f"Resume with: factory fork --resume {runner.run_id} --db {store.path}", err=True)
             sys.exit(130)
         summary = fork_summary(store, runner.run_id, time.monotonic() - started)
+        if memory is not None:
+            from factory.memory import candidates_from_run
+
+            added = memory.upsert(candidates_from_run(store, runner.run_id))
+            summary["memory"] = {"stored": added.stored, "duplicates": added.duplicates,
+                                 "discarded": added.discarded, **memory.stats()}
         summary["retries"] = model.retries
         summary["rate_limited"] = model.rate_limited
         budget = getattr(pipeline.verifiers.get("judge"), "budget", None) if pipeline else None
@@ -225,5 +246,9 @@ def _print_summary(summary: dict) -> None:
     click.echo(f"{summary['status']} in {summary.get('elapsed_s', 0):.1f}s "
                f"({summary.get('branches_per_s') or 0:.2f} branches/s), cost {cost}, "
                f"retries {summary['retries']}; stored in {summary['db']}")
+    if summary.get("memory"):
+        mem = summary["memory"]
+        click.echo(f"memory: stored {mem['stored']} winner(s), {mem['duplicates']} duplicate(s), "
+                   f"{mem['discarded']} discarded; {mem['memories']} memories in total")
     if summary.get("judge_budget_exhausted"):
         click.echo(f"judge budget exhausted for {summary['judge_budget_exhausted']} sample(s) (scored a neutral 5)")

@@ -1,3 +1,39 @@
 """Memory: winning branches, embedded and retrieved to prime later runs."""
 
-__all__: list[str] = []
+from factory.memory._embedders import (
+    Embedder,
+    HashingEmbedder,
+    MiniLMEmbedder,
+    create_embedder,
+    default_embedder_name,
+    embedder_names,
+    register_embedder,
+)
+from factory.memory._store import (
+    DuckDBMemoryBackend,
+    Memory,
+    MemoryBackend,
+    MemoryCandidate,
+    RolloutMemoryStore,
+    UpsertReport,
+    candidates_from_run,
+    format_as_system_prompt,
+)
+
+__all__ = [
+    "DuckDBMemoryBackend",
+    "Embedder",
+    "HashingEmbedder",
+    "Memory",
+    "MemoryBackend",
+    "MemoryCandidate",
+    "MiniLMEmbedder",
+    "RolloutMemoryStore",
+    "UpsertReport",
+    "candidates_from_run",
+    "create_embedder",
+    "default_embedder_name",
+    "embedder_names",
+    "format_as_system_prompt",
+    "register_embedder",
+]

@@ -38,6 +38,7 @@ from factory.store import Store, utc_now
 from factory.tasks import Task, dataset_hash
 
 if TYPE_CHECKING:  # verifiers import rollouts (sandboxes, models); the runner imports them when it runs
+    from factory.memory import RolloutMemoryStore
     from factory.verifiers import BranchOutput, VerificationPipeline
 
 __all__ = ["BranchResult", "ForkConfig", "RolloutForkRunner", "branch_sampling", "new_run_id"]
@@ -89,6 +90,7 @@ class ForkConfig:
         agent: Agent settings.
         flush_interval_s: Longest time a finished branch waits to be stored.
         flush_max: Finished branches that force a store write.
+        memory_k: Memories retrieved per task into each branch's system prompt (0: none).
     """
 
     branches: int = 4
@@ -101,6 +103,7 @@ class ForkConfig:
     agent: AgentConfig = field(default_factory=AgentConfig)
     flush_interval_s: float = 0.2
     flush_max: int = 512
+    memory_k: int = 0
 
     def sampling(self) -> tuple[list[float], list[int]]:
         """Per-branch (temperatures, seeds)."""
@@ -114,6 +117,7 @@ class ForkConfig:
             branches=int(data["branches"]), concurrency=concurrency,
             temperatures=tuple(data["sampling"]["temperatures"]), seeds=tuple(data["sampling"]["seeds"]),
             sandbox=data["sandbox"], limits=SandboxLimits(**data["limits"]), agent=AgentConfig(**data["agent"]),
+            memory_k=int((data.get("memory") or {}).get("k", 0)),
         )
 
 
@@ -189,14 +193,17 @@ class RolloutForkRunner:
         run_id: The run's id (new one if None).
         pipeline: Verifies each branch as soon as it finishes, in its own
             sandbox before the sandbox closes (None: no verification).
+        memory: Primes each task's branches with the ``config.memory_k`` most
+            similar stored winners (recorded in each branch's ``run_start`` event).
     """
 
     def __init__(self, model: ChatModel, store: Store, config: ForkConfig, run_id: str | None = None,
-                 pipeline: VerificationPipeline | None = None):
+                 pipeline: VerificationPipeline | None = None, memory: RolloutMemoryStore | None = None):
         self.model = model
         self.store = store
         self.config = config
         self.pipeline = pipeline
+        self.memory = memory
         self.run_id = run_id or new_run_id()
         self.agent = ToolCallingAgent(model, config.agent)
         self.interrupted = False
@@ -220,6 +227,9 @@ class RolloutForkRunner:
             "agent": asdict(self.config.agent),
             "sandbox": self.config.sandbox,
             "limits": asdict(self.config.limits),
+            "memory": None if self.memory is None or not self.config.memory_k else {
+                "k": self.config.memory_k, "embedder": self.memory.embedder.name, "dim": self.memory.embedder.dim,
+                "memories_at_start": self.memory.backend.count()},
             "package_version": package_version(),
             "git_sha": git_sha(Path(__file__).resolve().parent),
             "python": platform.python_version(),
@@ -229,8 +239,8 @@ class RolloutForkRunner:
     @staticmethod
     def config_hash(manifest: dict[str, Any]) -> str:
         """Hash of the result-determining part of a manifest (not versions or paths)."""
-        keys = ("dataset_hash", "model", "branches", "sampling", "agent", "sandbox", "limits")
-        return content_hash({key: manifest[key] for key in keys})
+        keys = ("dataset_hash", "model", "branches", "sampling", "agent", "sandbox", "limits", "memory")
+        return content_hash({key: manifest.get(key) for key in keys})
 
     def _start_run(self, tasks: Sequence[Task], task_file: str | None) -> None:
         manifest = self.manifest(tasks, task_file)
@@ -262,7 +272,17 @@ class RolloutForkRunner:
 
     # ------------------------------------------------------------- running
 
-    async def _run_branch(self, task: Task, index: int, temperature: float, seed: int) -> BranchResult:
+    def primers(self, tasks: Sequence[Task]) -> dict[str, str | None]:
+        """Per task, the memories section of the system prompt (None without memory)."""
+        if self.memory is None or not self.config.memory_k:
+            return {}
+        from factory.memory import format_as_system_prompt
+
+        return {t.id: format_as_system_prompt(self.memory.retrieve(t.prompt, self.config.memory_k)) or None
+                for t in tasks}
+
+    async def _run_branch(self, task: Task, index: int, temperature: float, seed: int,
+                          primer: str | None = None) -> BranchResult:
         rollout_id = self.rollout_id(task.id)
         session_id = f"{rollout_id}-b{index}-{uuid.uuid4().hex[:12]}"
         started = utc_now()
@@ -274,12 +294,12 @@ class RolloutForkRunner:
         try:
             if not needs_sandbox:
                 # No tools and no sandbox verifier, so no code runs: a sandbox would go unused.
-                result = await self.agent.run(task, None, temperature=temperature, seed=seed)
+                result = await self.agent.run(task, None, temperature=temperature, seed=seed, primer=primer)
                 if self.pipeline is not None:
                     verdicts = await self.pipeline.verify(task, _output(result), None)
             else:
                 async with create_sandbox(self.config.sandbox, spec) as sandbox:
-                    result = await self.agent.run(task, sandbox, temperature=temperature, seed=seed)
+                    result = await self.agent.run(task, sandbox, temperature=temperature, seed=seed, primer=primer)
                     if task.files or task.tests:
                         workspace = await snapshot_workspace(sandbox, task)
                     if self.pipeline is not None:
@@ -367,6 +387,7 @@ class RolloutForkRunner:
             self._start_run(tasks, task_file)
             done = set()
 
+        primers = self.primers(tasks)
         plan = [(task, b) for task in tasks for b in range(self.config.branches) if (task.id, b) not in done]
         todo: asyncio.Queue[tuple[Task, int]] = asyncio.Queue()
         for item in plan:
@@ -379,8 +400,8 @@ class RolloutForkRunner:
                     task, index = todo.get_nowait()
                 except asyncio.QueueEmpty:
                     return
-                finished.put_nowait(
-                    await self._run_branch(task, index, per_branch_temps[index], per_branch_seeds[index]))
+                finished.put_nowait(await self._run_branch(
+                    task, index, per_branch_temps[index], per_branch_seeds[index], primers.get(task.id)))
 
         workers = [asyncio.create_task(worker()) for _ in range(min(self.config.concurrency, len(plan)))]
         buffer: list[BranchResult] = []

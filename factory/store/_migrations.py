@@ -177,6 +177,19 @@ MIGRATIONS: tuple[Migration, ...] = (
         ALTER TABLE branches ADD COLUMN workspace JSON;
         """,
     ),
+    Migration(
+        "0006_memory_discards",
+        """
+        -- Branches the memory refused (not a clean objective win): counted, never stored as memories.
+        CREATE TABLE memory_discards (
+            run_id       VARCHAR NOT NULL,
+            task_id      VARCHAR NOT NULL,
+            branch_index INTEGER NOT NULL,
+            reason       VARCHAR NOT NULL,
+            PRIMARY KEY (run_id, task_id, branch_index)
+        );
+        """,
+    ),
 )
 
 _LEDGER = """
