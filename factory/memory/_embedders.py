@@ -99,6 +99,12 @@ class MiniLMEmbedder:
         except ImportError as exc:
             raise ConfigError("the MiniLM embedder needs sentence-transformers: "
                               "pip install torch==2.13.0 && pip install 'factory-rlaif[memory]'") from exc
+        try:  # loading 103 weights needs no progress bar on the user's terminal
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.disable_progress_bar()
+        except ImportError:
+            pass
         self._model = SentenceTransformer(model_dir, device="cpu")
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
