@@ -9,6 +9,7 @@ from factory.memory._embedders import (
     embedder_names,
     register_embedder,
 )
+from factory.memory._lance import LanceMemoryBackend
 from factory.memory._store import (
     DuckDBMemoryBackend,
     Memory,
@@ -24,6 +25,7 @@ __all__ = [
     "DuckDBMemoryBackend",
     "Embedder",
     "HashingEmbedder",
+    "LanceMemoryBackend",
     "Memory",
     "MemoryBackend",
     "MemoryCandidate",
