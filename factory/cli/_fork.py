@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import time
 import warnings
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from factory.cli._options import db_option, dump_json, json_option, resolve_db
+from factory.cli._options import db_option, dump_json, json_option, memory_backend_option, resolve_db
 
 __all__ = ["build_pipeline", "fork", "parse_temperatures"]
 
@@ -84,6 +85,7 @@ def parse_temperatures(text: str | None, branches: int) -> tuple[float, ...] | N
 @click.option("--memory-k", type=click.IntRange(min=1), default=3, show_default=True,
               help="Memories retrieved per task (with --memory).")
 @click.option("--embedder", default=None, help="Memory embedder: minilm (default when installed) or hashing.")
+@memory_backend_option
 @click.option("--judge", "judge_spec", default=None,
               help="LLM judge model for tasks with a rubric (a different model from the policy).")
 @click.option("--judge-samples", type=click.IntRange(min=1), default=3, show_default=True,
@@ -103,7 +105,7 @@ def parse_temperatures(text: str | None, branches: int) -> tuple[float, ...] | N
 def fork(tasks_file: Path | None, branches: int, model_spec: str | None, base_url: str | None, sandbox: str | None,
          concurrency: int, temperatures: str | None, seed: int, max_turns: int, max_tokens: int,
          command_timeout: float, threads: int | None, no_verify: bool, use_memory: bool, memory_k: int,
-         embedder: str | None, judge_spec: str | None,
+         embedder: str | None, backend_spec: str | None, judge_spec: str | None,
          judge_samples: int, hack_penalty: float, judge_budget: int | None, db: Path | None,
          run_id: str | None, resume_id: str | None, retry_errors: bool, record: Path | None, as_json: bool) -> None:
     """Sample N branches per task from TASKS, each an agent run in its own sandbox.
@@ -157,9 +159,16 @@ def fork(tasks_file: Path | None, branches: int, model_spec: str | None, base_ur
             config, model.spec, judge_spec, judge_samples, judge_budget, base_url=None, hack_penalty=hack_penalty)
         memory = None
         if use_memory or (resume_id is not None and config.memory_k):
-            from factory.memory import DuckDBMemoryBackend, RolloutMemoryStore, create_embedder
+            from factory.memory import RolloutMemoryStore, create_embedder, create_memory_backend
 
-            memory = RolloutMemoryStore(DuckDBMemoryBackend(store), create_embedder(embedder))
+            if resume_id is not None:  # the run's own memory, as its manifest recorded it
+                manifest = stored["config"]
+                manifest = json.loads(manifest) if isinstance(manifest, str) else manifest
+                stored_memory = manifest.get("memory") or {}
+                backend_spec = backend_spec or stored_memory.get("backend")
+                embedder = embedder or stored_memory.get("embedder")
+            memory = RolloutMemoryStore(create_memory_backend(backend_spec, store), create_embedder(embedder),
+                                        store=store)
             if resume_id is None:
                 config = replace(config, memory_k=memory_k)
         runner = RolloutForkRunner(model, store, config, run_id=resume_id or run_id, pipeline=pipeline,

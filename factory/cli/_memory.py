@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from factory.cli._options import db_option, dump_json, json_option, resolve_db
+from factory.cli._options import db_option, dump_json, json_option, memory_backend_option, resolve_db
 
 __all__ = ["memory"]
 
@@ -14,13 +14,13 @@ _embedder_option = click.option("--embedder", default=None,
                                 help="minilm (default when installed) or hashing; must match the stored memories.")
 
 
-def _open(store, embedder: str | None):
-    from factory.memory import DuckDBMemoryBackend, RolloutMemoryStore, create_embedder
+def _open(store, embedder: str | None, backend_spec: str | None):
+    from factory.memory import RolloutMemoryStore, create_embedder, create_memory_backend
 
-    backend = DuckDBMemoryBackend(store)
+    backend = create_memory_backend(backend_spec, store)
     if embedder is None and backend.count():  # use what the memory already holds
         embedder = sorted(backend.spaces())[0][0]
-    return RolloutMemoryStore(backend, create_embedder(embedder))
+    return RolloutMemoryStore(backend, create_embedder(embedder), store=store)
 
 
 @click.group()
@@ -32,8 +32,9 @@ def memory() -> None:
 @click.argument("run_id")
 @db_option
 @_embedder_option
+@memory_backend_option
 @json_option
-def add(run_id: str, db: Path | None, embedder: str | None, as_json: bool) -> None:
+def add(run_id: str, db: Path | None, embedder: str | None, backend_spec: str | None, as_json: bool) -> None:
     """Store RUN_ID's clean winners (objective score 1, no hack); count the rest."""
     from factory.errors import ConfigError
     from factory.memory import candidates_from_run
@@ -42,7 +43,7 @@ def add(run_id: str, db: Path | None, embedder: str | None, as_json: bool) -> No
     with Store.open(resolve_db(db)) as store:
         if store.run(run_id) is None:
             raise ConfigError(f"no run {run_id} in {store.path}")
-        mem = _open(store, embedder)
+        mem = _open(store, embedder, backend_spec)
         report = mem.upsert(candidates_from_run(store, run_id))
         stats = mem.stats()
     data = {"run_id": run_id, "stored": report.stored, "duplicates": report.duplicates,
@@ -59,13 +60,15 @@ def add(run_id: str, db: Path | None, embedder: str | None, as_json: bool) -> No
 @click.option("-k", "k", type=click.IntRange(min=1), default=3, show_default=True, help="How many memories.")
 @db_option
 @_embedder_option
+@memory_backend_option
 @json_option
-def search(text: str, k: int, db: Path | None, embedder: str | None, as_json: bool) -> None:
+def search(text: str, k: int, db: Path | None, embedder: str | None, backend_spec: str | None,
+           as_json: bool) -> None:
     """Show the k memories most similar to TEXT."""
     from factory.store import Store
 
     with Store.open(resolve_db(db), read_only=True) as store:
-        found = _open(store, embedder).retrieve(text, k)
+        found = _open(store, embedder, backend_spec).retrieve(text, k)
     if as_json:
         click.echo(dump_json([vars(m) for m in found]))
         return
@@ -78,14 +81,16 @@ def search(text: str, k: int, db: Path | None, embedder: str | None, as_json: bo
 
 @memory.command()
 @db_option
+@memory_backend_option
 @json_option
-def stats(db: Path | None, as_json: bool) -> None:
+def stats(db: Path | None, backend_spec: str | None, as_json: bool) -> None:
     """Memories stored, discards by reason, embedders."""
-    from factory.memory import DuckDBMemoryBackend, HashingEmbedder, RolloutMemoryStore
+    from factory.memory import HashingEmbedder, RolloutMemoryStore, create_memory_backend
     from factory.store import Store
 
     with Store.open(resolve_db(db), read_only=True) as store:
-        data = RolloutMemoryStore(DuckDBMemoryBackend(store), HashingEmbedder()).stats()
+        # stats embed nothing: any embedder will do
+        data = RolloutMemoryStore(create_memory_backend(backend_spec, store), HashingEmbedder(), store=store).stats()
     if as_json:
         click.echo(dump_json(data))
     else:
@@ -95,14 +100,17 @@ def stats(db: Path | None, as_json: bool) -> None:
 
 @memory.command()
 @db_option
+@memory_backend_option
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
-def clear(db: Path | None, yes: bool) -> None:
+def clear(db: Path | None, backend_spec: str | None, yes: bool) -> None:
     """Delete every memory (and the discard counts)."""
-    from factory.memory import DuckDBMemoryBackend
+    from factory.memory import create_memory_backend
     from factory.store import Store
 
     if not yes:
         click.confirm("delete every memory?", abort=True)
     with Store.open(resolve_db(db)) as store:
-        removed = DuckDBMemoryBackend(store).clear()
+        removed = create_memory_backend(backend_spec, store).clear()
+        with store.transaction():
+            store.query("DELETE FROM memory_discards")
     click.echo(f"deleted {removed} memories")

@@ -13,7 +13,7 @@ import click
 if TYPE_CHECKING:
     import polars as pl
 
-__all__ = ["db_option", "dump_json", "json_option", "render_frame", "resolve_db"]
+__all__ = ["db_option", "dump_json", "json_option", "memory_backend_option", "render_frame", "resolve_db"]
 
 db_option = click.option(
     "--db",
@@ -21,6 +21,10 @@ db_option = click.option(
     default=None,
     help="DuckDB file [default: $FACTORY_DB or ./factory.duckdb].",
 )
+
+memory_backend_option = click.option(
+    "--memory-backend", "backend_spec", default=None, metavar="SPEC",
+    help="Where memories live: duckdb (default: the --db file) or lance[:DIR] (ANN index; the memory-ann extra).")
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 

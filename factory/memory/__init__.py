@@ -1,5 +1,6 @@
 """Memory: winning branches, embedded and retrieved to prime later runs."""
 
+from factory.memory._backends import create_memory_backend, memory_backend_names, register_memory_backend
 from factory.memory._embedders import (
     Embedder,
     HashingEmbedder,
@@ -34,8 +35,11 @@ __all__ = [
     "UpsertReport",
     "candidates_from_run",
     "create_embedder",
+    "create_memory_backend",
     "default_embedder_name",
     "embedder_names",
     "format_as_system_prompt",
+    "memory_backend_names",
     "register_embedder",
+    "register_memory_backend",
 ]

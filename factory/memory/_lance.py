@@ -116,6 +116,7 @@ class LanceMemoryBackend:
         except ImportError:
             raise ConfigError(f"the LanceDB memory backend needs lancedb: {_INSTALL}") from None
         self.path = Path(path)
+        self.spec = f"lance:{self.path}"
         self.table_name = table
         self.index_threshold = int(index_threshold)
         self.nprobes = int(nprobes)

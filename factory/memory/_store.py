@@ -93,6 +93,8 @@ class MemoryBackend(Protocol):
 class DuckDBMemoryBackend:
     """Memories in the store's ``memory`` table, searched with ``array_cosine_similarity``."""
 
+    spec = "duckdb"
+
     def __init__(self, store: Store):
         self.store = store
 
@@ -134,7 +136,6 @@ class DuckDBMemoryBackend:
         count = self.count()
         with self.store.transaction():
             self.store.query("DELETE FROM memory")
-            self.store.query("DELETE FROM memory_discards")
         return count
 
 

@@ -229,6 +229,8 @@ class RolloutForkRunner:
             "limits": asdict(self.config.limits),
             "memory": None if self.memory is None or not self.config.memory_k else {
                 "k": self.config.memory_k, "embedder": self.memory.embedder.name, "dim": self.memory.embedder.dim,
+                # a resume reopens the same memory
+                "backend": getattr(self.memory.backend, "spec", type(self.memory.backend).__name__),
                 "memories_at_start": self.memory.backend.count()},
             "package_version": package_version(),
             "git_sha": git_sha(Path(__file__).resolve().parent),

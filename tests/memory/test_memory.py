@@ -129,7 +129,8 @@ def test_memories_are_injected_into_later_runs_and_resume_does_not_duplicate(tmp
         start = store.events("primed", "add", 0).row(0, named=True)
         assert start["kind"] == "run_start" and "Final: 42" in json.loads(start["payload"])["primer"]
         manifest = json.loads(store.run("primed")["config"])
-        assert manifest["memory"] == {"k": 2, "embedder": "hashing", "dim": 384, "memories_at_start": 2}
+        assert manifest["memory"] == {"k": 2, "embedder": "hashing", "dim": 384, "backend": "duckdb",
+                                      "memories_at_start": 2}
         # adding the primed run's winners and adding it again (as after a resume) duplicates nothing
         again = [mem.upsert(candidates_from_run(store, "primed")) for _ in range(2)]
         assert [a.stored for a in again] == [0, 0] and mem.stats()["memories"] == 2
@@ -153,3 +154,35 @@ def test_memory_cli(tmp_path, replay_file):
     assert "1 memories (hashing (dim 384))" in cli("stats").stdout
     assert "deleted 1 memories" in cli("clear", "--yes").stdout
     assert json.loads(cli("stats", "--json").stdout)["memories"] == 0
+
+
+def test_fork_resume_reopens_the_runs_memory_backend_and_adds_nothing_twice(tmp_path, write_jsonl, replay_file):
+    pytest.importorskip("lancedb", reason="LanceDB is optional: pip install 'factory-rlaif[memory-ann]'")
+    tasks = write_jsonl([{"id": "add", "prompt": "What is 17 + 25?", "answer": "42"},
+                         {"id": "sub", "prompt": "What is 17 - 5?", "answer": "12"}])
+    # the first attempt has no recorded reply for "sub": those branches end in error
+    replies = replay_file([{"prompt_contains": "17 + 25", "response": {"text": "Final: 42"}}])
+    db, lance = tmp_path / "f.duckdb", tmp_path / "mem.lance"
+
+    def cli(*args):
+        done = subprocess.run([sys.executable, "-m", "factory.cli", *args, "--db", str(db)],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    first = json.loads(cli("fork", str(tasks), "-n", "2", "--model", f"replay:{replies}", "--sandbox", "none",
+                           "--run-id", "r1", "--memory", "--embedder", "hashing",
+                           "--memory-backend", f"lance:{lance}", "--json"))
+    assert first["memory"]["stored"] == 1 and first["memory"]["memories"] == 1
+    manifest = json.loads(json.loads(cli("query", "SELECT config FROM runs", "--format", "json"))[0]["config"])
+    assert manifest["memory"]["backend"] == f"lance:{lance}"
+    replay_file([{"prompt_contains": "17 + 25", "response": {"text": "Final: 42"}},
+                 {"prompt_contains": "17 - 5", "response": {"text": "Final: 12"}}])  # same file, now complete
+    resumed = json.loads(cli("fork", "--resume", "r1", "--retry-errors", "--sandbox", "none", "--json"))
+    # both "add" winners are stored already, and the second "sub" winner repeats the first's answer
+    assert resumed["memory"]["stored"] == 1 and resumed["memory"]["duplicates"] == 3
+    assert resumed["memory"]["memories"] == 2
+    again = json.loads(cli("memory", "add", "r1", "--memory-backend", f"lance:{lance}", "--json"))
+    assert (again["stored"], again["duplicates"], again["memories"]) == (0, 4, 2)  # 4 winners, 2 memories
+    # the DuckDB memory of the same store was never written
+    assert json.loads(cli("memory", "stats", "--json"))["memories"] == 0

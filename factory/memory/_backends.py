@@ -1,0 +1,65 @@
+"""Memory backends by name (``--memory-backend``): a registry beside the :class:`MemoryBackend` protocol.
+
+- ``duckdb`` (default): the run store's ``memory`` table, exact cosine search.
+- ``lance[:DIR]``: an embedded LanceDB table (the ``memory-ann`` extra) with an
+  ANN index past 100,000 memories; ``DIR`` defaults to ``<store>.memory.lance``
+  beside the DuckDB file, so the memories stay with the runs they came from.
+
+A spec is ``NAME`` or ``NAME:ARGUMENT``; the factory receives the open store
+and the argument (or None).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from factory.errors import ConfigError
+from factory.memory._store import DuckDBMemoryBackend, MemoryBackend
+from factory.store import Store
+
+__all__ = ["create_memory_backend", "memory_backend_names", "register_memory_backend"]
+
+#: A backend factory: (the open run store, the spec's argument or None) -> backend.
+BackendFactory = Callable[[Store, "str | None"], MemoryBackend]
+
+
+def _duckdb(store: Store, argument: str | None) -> MemoryBackend:
+    if argument:
+        raise ConfigError("the duckdb memory backend lives in the run store and takes no argument (use --db)")
+    return DuckDBMemoryBackend(store)
+
+
+def _lance(store: Store, argument: str | None) -> MemoryBackend:
+    from factory.memory._lance import LanceMemoryBackend
+
+    path = Path(argument).expanduser() if argument else store.path.with_suffix(".memory.lance")
+    return LanceMemoryBackend(path)
+
+
+_REGISTRY: dict[str, BackendFactory] = {"duckdb": _duckdb, "lance": _lance}
+
+
+def register_memory_backend(name: str, factory: BackendFactory) -> None:
+    """Register a backend factory under ``name`` (e.g. a vector database's client)."""
+    _REGISTRY[name] = factory
+
+
+def memory_backend_names() -> list[str]:
+    """Registered backend names."""
+    return sorted(_REGISTRY)
+
+
+def create_memory_backend(spec: str | None, store: Store) -> MemoryBackend:
+    """The backend named by ``spec`` (``duckdb`` when None).
+
+    Raises:
+        ConfigError: Unknown name, bad argument, or the backend's extra is not installed.
+    """
+    name, _, argument = (spec or "duckdb").partition(":")
+    try:
+        factory = _REGISTRY[name]
+    except KeyError:
+        raise ConfigError(f"unknown memory backend '{name}' "
+                          f"(choose from: {', '.join(memory_backend_names())})") from None
+    return factory(store, argument or None)
