@@ -151,3 +151,28 @@ def test_missing_lancedb_is_a_config_error_naming_the_extra(tmp_path, monkeypatc
     monkeypatch.setitem(sys.modules, "lancedb", None)
     with pytest.raises(ConfigError, match=r"factory-rlaif\[memory-ann\]"):
         LanceMemoryBackend(tmp_path / "lance")
+
+
+def test_duckdb_search_agrees_with_array_cosine_similarity_and_sees_other_writers(tmp_path):
+    rng = np.random.default_rng(1)
+    dim, n = 16, 300
+    vectors = rng.standard_normal((n, dim)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    memories = [Memory(f"m{i:04d}", "r", f"t{i}", 0, f"text {i}", [], None, "random", dim) for i in range(n)]
+    with Store.open(tmp_path / "m.duckdb") as store:
+        backend = DuckDBMemoryBackend(store)
+        backend.add(memories[:200], vectors[:200])
+        query = rng.standard_normal(dim).astype(np.float32)
+        found = backend.search(query, 5, "random", dim)
+        reference = store.query(
+            f"SELECT memory_id, array_cosine_similarity(embedding::FLOAT[{dim}], ?::FLOAT[{dim}]) AS s FROM memory "
+            "ORDER BY s DESC, memory_id LIMIT 5", [query.tolist()])
+        assert [m.memory_id for m in found] == reference["memory_id"].to_list()
+        assert [m.similarity for m in found] == pytest.approx(reference["s"].to_list(), abs=1e-5)
+        # a second backend on the same store (another writer) adds rows: the first one's next search sees them
+        DuckDBMemoryBackend(store).add(memories[200:], vectors[200:])
+        assert backend.search(vectors[250], 1, "random", dim)[0].memory_id == "m0250"
+        # its own writes extend its mirror
+        extra = Memory("z-new", "r", "tz", 0, "text z", [], None, "random", dim)
+        backend.add([extra], -vectors[:1])
+        assert backend.search(-vectors[0], 1, "random", dim)[0].memory_id == "z-new"
