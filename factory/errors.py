@@ -25,7 +25,9 @@ traceback only for exceptions outside this tree, which are bugs.
     │   ├── ProviderRequestError      exit 1   4xx other than 429: not retried
     │   ├── MalformedResponseError    exit 1   a body that is not the protocol: not retried
     │   └── ReplayMissError           exit 1   replay: no recorded response for a request
-    └── RunError                      exit 1   a fork run cannot start or resume
+    ├── RunError                      exit 1   a fork run cannot start or resume
+    └── ExportError                   exit 1   an export cannot be made (no such run, nothing to export)
+        └── ExportValidationError     exit 2   an exported file breaks its format (every problem, file:line)
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ from dataclasses import dataclass
 
 __all__ = [
     "ConfigError",
+    "ExportError",
+    "ExportValidationError",
     "FactoryError",
     "MalformedResponseError",
     "MigrationError",
@@ -196,3 +200,19 @@ class ReplayMissError(ModelError):
 
 class RunError(FactoryError):
     """A fork run cannot start or resume."""
+
+
+class ExportError(FactoryError):
+    """An export cannot be made: no such run, an unknown format, nothing left to write."""
+
+
+class ExportValidationError(ExportError):
+    """An exported file breaks its format; carries every problem found, each naming its line."""
+
+    exit_code = 2
+
+    def __init__(self, path: str, problems: list[str]):
+        self.path = path
+        self.problems = list(problems)
+        count = len(self.problems)
+        super().__init__(f"{count} problem{'s' if count != 1 else ''} in {path}\n" + "\n".join(self.problems))

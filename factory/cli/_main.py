@@ -12,6 +12,7 @@ __all__ = ["COMMANDS", "main"]
 #: Command name -> "module:attribute"; modules are imported only when used.
 COMMANDS = {
     "db": "factory.cli._db:db",
+    "export": "factory.cli._export:export",
     "fork": "factory.cli._fork:fork",
     "tasks": "factory.cli._tasks:tasks",
     "verify": "factory.cli._verify:verify",

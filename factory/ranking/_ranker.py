@@ -150,17 +150,28 @@ class RolloutRanker:
         for outcome in pairwise:
             pairs_by_task.setdefault(outcome.task_id, []).append(outcome)
         ranked: list[RankedBranch] = []
+        for task_id, task_records in by_task.items():
+            ranked.extend(self._task_order(task_records, pairs_by_task.get(task_id, [])))
+        return RankResult(ranked, self.stats_of(ranked))
+
+    def stats_of(self, ranked: Sequence[RankedBranch]) -> dict[str, Any]:
+        """Whether an order is evidence: top vs bottom halves of every task, paired by task (module docstring).
+
+        Args:
+            ranked: Ranked branches of any number of tasks (each task's in rank order, or with ranks to sort by).
+        """
+        by_task: dict[str, list[RankedBranch]] = {}
+        for branch in ranked:
+            by_task.setdefault(branch.task_id, []).append(branch)
         top: list[bool] = []
         bottom: list[bool] = []
-        for task_id, task_records in by_task.items():
-            order = self._task_order(task_records, pairs_by_task.get(task_id, []))
-            ranked.extend(order)
-            verified = [r for r in order if r.objective_pass is not None]
+        for order in by_task.values():
+            verified = [r for r in sorted(order, key=lambda r: r.rank) if r.objective_pass is not None]
             half = len(verified) // 2
             for i in range(half):
                 top.append(bool(verified[i].objective_pass))
                 bottom.append(bool(verified[len(verified) - half + i].objective_pass))
-        return RankResult(ranked, self._stats(top, bottom, len(by_task)))
+        return self._stats(top, bottom, len(by_task))
 
     def _stats(self, top: list[bool], bottom: list[bool], n_tasks: int) -> dict[str, Any]:
         if not top:

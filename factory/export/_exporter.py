@@ -1,0 +1,218 @@
+"""``export()``: runs in the store -> one format's file, its manifest and the folder's dataset card.
+
+Beside ``FILE`` it writes ``FILE.manifest.json`` (what the rows depend on and
+what was done to them) and regenerates ``README.md``, a Hugging Face dataset
+card describing every export in the folder (one ``configs`` entry each).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from factory.errors import ConfigError
+from factory.export._files import side_path, write_rows
+from factory.export._formats import ExportOptions, create_format
+from factory.export._source import ExportSource, load_source
+from factory.provenance import content_hash, git_sha, package_version
+from factory.store import Store, utc_now
+
+__all__ = ["ExportResult", "export", "judge_objective_agreement", "write_dataset_card"]
+
+MANIFEST_SUFFIX = ".manifest.json"
+_CARD_MARK = "<!-- written by factory export: regenerated from the *.manifest.json files in this folder -->"
+
+
+@dataclass
+class ExportResult:
+    """What an export wrote.
+
+    Attributes:
+        path: The data file.
+        manifest_path: ``FILE.manifest.json``.
+        card_path: The folder's ``README.md``.
+        extra_paths: Side files (the reward format's scalar file).
+        manifest: The manifest's content.
+    """
+
+    path: Path
+    manifest_path: Path
+    card_path: Path
+    extra_paths: dict[str, Path]
+    manifest: dict[str, Any]
+
+
+def judge_objective_agreement(branches: pl.DataFrame) -> dict[str, Any]:
+    """How the judge's scores agree with the objective verdicts on the branches that have both.
+
+    ``agreement``: share of branches where (judge score >= 0.5) equals
+    objective pass; ``auc``: probability that a passing branch out-scores a
+    failing one (ties half); None where there is nothing to compare.
+    """
+    from factory.verifiers import judge_auc
+
+    both = branches.filter(pl.col("judge_score").is_not_null() & pl.col("objective_pass").is_not_null())
+    if both.is_empty():
+        return {"n": 0, "agreement": None, "auc": None}
+    scores, passed = both["judge_score"].to_list(), both["objective_pass"].to_list()
+    agree = sum((s >= 0.5) == p for s, p in zip(scores, passed)) / len(scores)
+    auc = judge_auc(scores, passed)
+    return {"n": len(scores), "agreement": round(agree, 4), "auc": None if auc is None else round(auc, 4)}
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return "sha256:" + digest.hexdigest()
+
+
+def _runs_section(source: ExportSource) -> list[dict[str, Any]]:
+    return [{"run_id": run_id, "dataset_hash": info["dataset_hash"], "config_hash": info["config_hash"],
+             "model": info["model"], "ranked_at_export": run_id in source.ranked_here,
+             "ranking": source.ranking_stats.get(run_id)}
+            for run_id, info in source.runs.items()]
+
+
+def export(store: Store, format_name: str, run_ids: Sequence[str], out: str | Path,
+           options: ExportOptions | None = None, *, rolling: int | None = None) -> ExportResult:
+    """Export runs as one format's file, with its manifest and the folder's dataset card.
+
+    Args:
+        store: The store holding the runs.
+        format_name: A registered format (``dpo``, ``kto``, ``reward``, ``sft``, ``grpo``).
+        run_ids: Runs to draw from, oldest iteration first.
+        out: The data file (``.jsonl`` or ``.parquet``).
+        options: Strategy and filters.
+        rolling: Keep only the last ``rolling`` runs of ``run_ids`` (iterative DPO).
+
+    Raises:
+        ExportError: No such run, or nothing to export.
+        ConfigError: Bad options or file extension.
+    """
+    options = options or ExportOptions()
+    out = Path(out)
+    fmt = create_format(format_name)
+    run_ids = list(run_ids)
+    if not run_ids:
+        raise ConfigError("give at least one run (--run RUN or --runs R1,R2)")
+    if rolling is not None:
+        if rolling < 1:
+            raise ConfigError(f"--rolling must be >= 1, got {rolling}")
+        run_ids = run_ids[-rolling:]
+    source = load_source(store, run_ids)
+    built = fmt.build(source, options)
+    write_rows(built.rows, out)
+    extra_paths = {}
+    for tag, frame in built.extra.items():
+        extra_paths[tag] = side_path(out, tag)
+        write_rows(frame, extra_paths[tag])
+
+    powered = [stats.get("powered", False) for stats in source.ranking_stats.values()]
+    evidence = [stats.get("evidence", False) for stats in source.ranking_stats.values()]
+    run_info = list(source.runs.values())
+    options_dict = asdict(options)
+    manifest = {
+        "format": fmt.name,
+        "trainer": f"trl.{fmt.trainer}",
+        "file": out.name,
+        "file_sha256": _sha256(out),
+        "files": {tag: {"file": p.name, "sha256": _sha256(p)} for tag, p in extra_paths.items()},
+        "rows": built.rows.height,
+        "columns": built.rows.columns,
+        "conversational": options.conversational,
+        "strategy": options.pairs.strategy if fmt.name in ("dpo", "reward") else None,
+        "filters": {k: v for k, v in options_dict.items() if k != "conversational"} | {"rolling": rolling},
+        "options_hash": content_hash({"format": fmt.name, **options_dict, "rolling": rolling}),
+        "runs": _runs_section(source),
+        "run_ids": run_ids,
+        "dataset_hash": run_info[0]["dataset_hash"] if len({r["dataset_hash"] for r in run_info}) == 1 else None,
+        "dataset_hashes": sorted({r["dataset_hash"] for r in run_info if r["dataset_hash"]}),
+        "config_hash": run_info[0]["config_hash"] if len(run_info) == 1 else None,
+        "config_hashes": [r["config_hash"] for r in run_info],
+        "counts": {"branches": source.branches.height,
+                   "tasks": source.branches.select("run_id", "task_id").unique().height,
+                   **built.stats},
+        "length_bias": built.stats.get("length_bias"),
+        "judge_objective_agreement": judge_objective_agreement(source.branches),
+        # a ranking is evidence only when powered and significant (factory rank; DESIGN: statistics)
+        "powered": bool(powered) and all(powered),
+        "evidence": bool(evidence) and all(evidence),
+        "created_at": utc_now().isoformat() + "Z",
+        "factory_version": package_version(),
+        "git_sha": git_sha(Path(__file__).resolve().parent),
+    }
+    if fmt.name == "kto":
+        manifest["kto"] = {k: built.stats[k] for k in
+                           ("desirable", "undesirable", "desirable_share", "desirable_weight", "undesirable_weight")}
+    manifest_path = out.with_name(out.name + MANIFEST_SUFFIX)
+    tmp = manifest_path.with_name(f".{manifest_path.name}.tmp")
+    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8")
+    tmp.replace(manifest_path)
+    card_path = write_dataset_card(out.parent)
+    return ExportResult(out, manifest_path, card_path, extra_paths, manifest)
+
+
+def write_dataset_card(folder: Path) -> Path:
+    """(Re)write ``folder/README.md`` from every export manifest in the folder.
+
+    A README.md that factory did not write is left alone; the card then goes
+    to ``DATASET_CARD.md``.
+    """
+    manifests = []
+    for path in sorted(folder.glob(f"*{MANIFEST_SUFFIX}")):
+        try:
+            manifests.append(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, json.JSONDecodeError):
+            continue
+    card = folder / "README.md"
+    if card.exists() and _CARD_MARK not in card.read_text(encoding="utf-8", errors="replace"):
+        card = folder / "DATASET_CARD.md"
+    configs, tags = [], {"factory", "rlaif", "trl"}
+    for m in manifests:
+        name = Path(m["file"]).stem.replace(".", "-")
+        configs.append(f"- config_name: {name}\n  data_files:\n  - split: train\n    path: {m['file']}")
+        tags.add(m["format"])
+    lines = ["---", "configs:", *configs, "tags:", *[f"- {t}" for t in sorted(tags)],
+             "task_categories:", "- text-generation", "---", _CARD_MARK, "", "# factory export", "",
+             "Training data exported by `factory export` from verified, ranked agent rollouts. "
+             "Each file loads with `datasets.load_dataset(\"json\" or \"parquet\", data_files=FILE)` and trains "
+             "with the TRL trainer named below without any column mapping. Every row carries its provenance "
+             "(run, task, branch indexes, scores, verifier versions); each file's `.manifest.json` holds the rest.",
+             ""]
+    for m in manifests:
+        bias = m.get("length_bias") or {}
+        agreement = m.get("judge_objective_agreement") or {}
+        lines += [
+            f"## `{m['file']}`", "",
+            "| | |", "|---|---|",
+            f"| format | {m['format']} ({'conversational' if m.get('conversational') else 'standard'}) |",
+            f"| trainer | `{m['trainer']}` |",
+            f"| rows | {m['rows']} |",
+            f"| strategy | {m.get('strategy') or '-'} |",
+            f"| runs | {', '.join(m.get('run_ids', []))} |",
+            f"| dataset hash | `{m.get('dataset_hash') or ', '.join(m.get('dataset_hashes', []))}` |",
+            f"| config hash | `{m.get('config_hash') or ', '.join(filter(None, m.get('config_hashes', [])))}` |",
+            f"| chosen longer / mean length ratio | {bias.get('chosen_longer_share', '-')} / "
+            f"{bias.get('mean_length_ratio', '-')} |",
+            f"| judge–objective agreement | {agreement.get('agreement', '-')} (AUC {agreement.get('auc', '-')}, "
+            f"n {agreement.get('n', 0)}) |",
+            f"| ranking powered / evidence | {m.get('powered')} / {m.get('evidence')} |",
+            "",
+        ]
+        if m.get("kto"):
+            kto = m["kto"]
+            lines += [f"KTO class balance: {kto['desirable']} desirable, {kto['undesirable']} undesirable; "
+                      f"`desirable_weight={kto['desirable_weight']}`, "
+                      f"`undesirable_weight={kto['undesirable_weight']}`.", ""]
+    tmp = card.with_name(f".{card.name}.tmp")
+    tmp.write_text("\n".join(lines), encoding="utf-8")
+    tmp.replace(card)
+    return card

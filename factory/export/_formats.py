@@ -1,0 +1,398 @@
+"""Export formats: a small protocol, implementations registered by name (``factory export FORMAT``).
+
+Each format turns an :class:`~factory.export.ExportSource` into rows whose
+columns are exactly what the matching TRL trainer reads, with no mapping:
+
+======  ==========================================  ======================
+format  columns TRL reads                           trainer
+======  ==========================================  ======================
+dpo     ``prompt``, ``chosen``, ``rejected``        ``DPOTrainer``
+kto     ``prompt``, ``completion``, ``label``       ``KTOTrainer``
+reward  ``prompt``, ``chosen``, ``rejected``,       ``RewardTrainer``
+        ``margin`` (+ a scalar file)
+sft     ``messages``                                ``SFTTrainer``
+grpo    ``prompt`` + the task's verifier spec       ``GRPOTrainer`` (extra
+                                                    columns reach reward
+                                                    functions as kwargs)
+======  ==========================================  ======================
+
+Conversational rows (the default) hold message lists: ``prompt`` is the
+system and user turns, completions the assistant and tool turns, tool calls
+included, plus a ``tools`` column (JSON text of the tool schemas, which TRL
+hands to the chat template; null for single-turn rows). ``--format standard``
+writes plain strings instead. Every row carries provenance columns (run,
+task, branch indexes, scores, verifier versions).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import polars as pl
+
+from factory.errors import ConfigError, ExportError
+from factory.export._pairs import PairOptions, build_pairs
+from factory.export._source import ExportSource
+
+__all__ = ["ExportFormat", "ExportOptions", "ExportRows", "create_format", "format_names", "kto_weights",
+           "length_bias", "register_format", "render_text", "tool_schemas_json"]
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """Everything that shapes an export besides its runs.
+
+    Attributes:
+        pairs: Pair strategy and filters (dpo, reward).
+        conversational: Message lists (True) or plain strings (False).
+        length_balance: Drop pairs until as many have the longer completion chosen as rejected.
+        top_confidence: Keep this top fraction of pairs by margin (0 < F <= 1).
+        dedupe: Drop rows whose content repeats an earlier row's.
+        sft_all_passing: SFT keeps every clean pass, not just each task's best-ranked one.
+    """
+
+    pairs: PairOptions = field(default_factory=PairOptions)
+    conversational: bool = True
+    length_balance: bool = False
+    top_confidence: float | None = None
+    dedupe: bool = False
+    sft_all_passing: bool = False
+
+    def __post_init__(self) -> None:
+        if self.top_confidence is not None and not 0 < self.top_confidence <= 1:
+            raise ConfigError(f"--top-confidence must be in (0, 1], got {self.top_confidence}")
+
+
+@dataclass
+class ExportRows:
+    """What a format built: the rows, side files, and facts for the manifest.
+
+    Attributes:
+        rows: The main file's rows.
+        extra: Side files, by suffix (``scalar`` -> the reward format's scalar rows).
+        stats: Counts, length bias, class balance... merged into the manifest.
+    """
+
+    rows: pl.DataFrame
+    extra: dict[str, pl.DataFrame] = field(default_factory=dict)
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+class ExportFormat(Protocol):
+    """Builds one format's rows.
+
+    Attributes:
+        name: Registered name (``factory export NAME``).
+        trainer: The TRL trainer that reads it as is.
+        columns: Required columns -> kind (``messages|text``, ``bool``, ``number``).
+    """
+
+    name: str
+    trainer: str
+    columns: dict[str, str]
+
+    def build(self, source: ExportSource, options: ExportOptions) -> ExportRows:
+        """The rows of this format."""
+        ...
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def tool_schemas_json() -> str:
+    """The agent tools' OpenAI-style schemas as JSON text (the ``tools`` column)."""
+    from factory.rollouts import AGENT_TOOLS
+
+    return json.dumps([tool.openai_schema() for tool in AGENT_TOOLS], sort_keys=True)
+
+
+def render_text(messages: list[dict[str, Any]] | None, *, roles: bool = False) -> str:
+    """A message list as plain text (``--format standard``): tool calls and results in tags.
+
+    Args:
+        messages: Messages as exported (tool-call arguments as JSON text).
+        roles: Prefix each message with its role (for prompts of several turns).
+    """
+    parts = []
+    for message in messages or []:
+        text = message.get("content") or ""
+        if message.get("role") == "tool":
+            text = f"<tool_result name=\"{message.get('name') or ''}\">\n{text}\n</tool_result>"
+        for call in message.get("tool_calls") or []:
+            function = call.get("function") or {}
+            text += (("\n" if text else "") + '<tool_call>{"name": ' + json.dumps(function.get("name") or "")
+                     + ', "arguments": ' + (function.get("arguments") or "{}") + "}</tool_call>")
+        parts.append(f"{message.get('role')}: {text}" if roles else text)
+    return "\n\n".join(parts)
+
+
+def _text(column: str, *, roles: bool = False) -> pl.Expr:
+    return pl.col(column).map_elements(  # a list cell arrives as a Series
+        lambda value: render_text(value.to_list() if isinstance(value, pl.Series) else value, roles=roles),
+        return_dtype=pl.String)
+
+
+def _tools(mode_column: str) -> pl.Expr:
+    return pl.when(pl.col(mode_column) == "tools").then(pl.lit(tool_schemas_json())).otherwise(pl.lit(None))
+
+
+def length_bias(pairs: pl.DataFrame) -> dict[str, Any]:
+    """Share of pairs whose chosen completion is longer (characters), and the mean chosen/rejected ratio."""
+    if pairs.is_empty():
+        return {"pairs": 0, "chosen_longer_share": None, "chosen_shorter_share": None, "mean_length_ratio": None}
+    chosen, rejected = pl.col("chosen_completion_chars"), pl.col("rejected_completion_chars")
+    out = pairs.select(
+        (chosen > rejected).mean().alias("longer"), (chosen < rejected).mean().alias("shorter"),
+        (chosen.cast(pl.Float64) / rejected.cast(pl.Float64)).filter(rejected > 0).mean().alias("ratio"),
+    ).row(0, named=True)
+    return {"pairs": pairs.height, "chosen_longer_share": round(out["longer"], 4),
+            "chosen_shorter_share": round(out["shorter"], 4),
+            "mean_length_ratio": None if out["ratio"] is None else round(out["ratio"], 4)}
+
+
+def _balance_lengths(pairs: pl.DataFrame) -> pl.DataFrame:
+    """Drop the smallest-margin pairs of the majority side until chosen-longer and chosen-shorter are equal."""
+    chosen, rejected = pl.col("chosen_completion_chars"), pl.col("rejected_completion_chars")
+    side = pl.when(chosen > rejected).then(1).when(chosen < rejected).then(-1).otherwise(0)
+    pairs = pairs.with_columns(side.alias("_side"), pl.int_range(pl.len()).alias("_order"))
+    longer, shorter = (pairs["_side"] == 1).sum(), (pairs["_side"] == -1).sum()
+    majority, excess = (1, longer - shorter) if longer > shorter else (-1, shorter - longer)
+    if excess:
+        dropped = (pairs.filter(pl.col("_side") == majority).sort(["margin", "_order"]).head(excess)["_order"])
+        pairs = pairs.filter(~pl.col("_order").is_in(dropped.implode()))
+    return pairs.sort("_order").drop("_side", "_order")
+
+
+def _filter_pairs(pairs: pl.DataFrame, options: ExportOptions, stats: dict[str, Any]) -> pl.DataFrame:
+    stats["pairs_built"] = pairs.height
+    stats["length_bias_before_filters"] = length_bias(pairs)
+    if options.top_confidence is not None and pairs.height:
+        keep = max(1, math.ceil(options.top_confidence * pairs.height))
+        pairs = (pairs.with_columns(pl.int_range(pl.len()).alias("_order"))
+                 .sort(["margin", "_order"], descending=[True, False]).head(keep).sort("_order").drop("_order"))
+        stats["after_top_confidence"] = pairs.height
+    if options.length_balance:
+        pairs = _balance_lengths(pairs)
+        stats["after_length_balance"] = pairs.height
+    stats["length_bias"] = length_bias(pairs)
+    return pairs
+
+
+def _dedupe(rows: pl.DataFrame, content: list[str], stats: dict[str, Any]) -> pl.DataFrame:
+    before = rows.height
+    key = pl.concat_str([pl.col(c).map_elements(lambda v: json.dumps(v.to_list() if isinstance(v, pl.Series) else v,
+                                                                      sort_keys=True), return_dtype=pl.String)
+                         for c in content], separator="\x1f")
+    rows = rows.with_columns(key.alias("_key")).unique("_key", keep="first", maintain_order=True).drop("_key")
+    stats["duplicates_removed"] = before - rows.height
+    return rows
+
+
+def _pair_provenance() -> list[pl.Expr]:
+    return [
+        pl.col("run_id"), pl.col("task_id"),
+        pl.col("chosen_branch_index").alias("chosen_branch"), pl.col("rejected_branch_index").alias("rejected_branch"),
+        pl.col("chosen_objective_score").alias("chosen_score"),
+        pl.col("rejected_objective_score").alias("rejected_score"),
+        pl.col("chosen_reward"), pl.col("rejected_reward"),
+        pl.col("chosen_strength"), pl.col("rejected_strength"),
+        pl.col("chosen_verifier_versions").list.concat("rejected_verifier_versions").list.unique().list.sort()
+        .alias("verifier_versions"),
+    ]
+
+
+def _branch_provenance(*, reward: bool = True) -> list[pl.Expr]:
+    return [pl.col("run_id"), pl.col("task_id"), pl.col("branch_index").alias("branch"),
+            pl.col("objective_score").alias("score"), *([pl.col("reward")] if reward else []), pl.col("rank"),
+            pl.col("verifier_versions")]
+
+
+def _pair_columns(options: ExportOptions) -> list[pl.Expr]:
+    if options.conversational:
+        return [pl.col("prompt_messages").alias("prompt"), pl.col("chosen_completion_messages").alias("chosen"),
+                pl.col("rejected_completion_messages").alias("rejected"), _tools("chosen_mode").alias("tools")]
+    return [_text("prompt_messages", roles=True).alias("prompt"), _text("chosen_completion_messages").alias("chosen"),
+            _text("rejected_completion_messages").alias("rejected")]
+
+
+def _require_rows(frame: pl.DataFrame, what: str, source: ExportSource) -> None:
+    if frame.is_empty():
+        raise ExportError(f"nothing to export: no {what} in run(s) {', '.join(source.runs)} "
+                          "(are the branches verified? see: factory verify RUN, factory rank RUN)")
+
+
+# ------------------------------------------------------------------ formats
+
+
+class DPOFormat:
+    """Preference pairs for ``DPOTrainer``."""
+
+    name = "dpo"
+    trainer = "DPOTrainer"
+    columns = {"prompt": "messages|text", "chosen": "messages|text", "rejected": "messages|text"}
+
+    def build(self, source: ExportSource, options: ExportOptions) -> ExportRows:
+        stats: dict[str, Any] = {"strategy": options.pairs.strategy}
+        pairs = build_pairs(source.branches, options.pairs)
+        _require_rows(pairs, "preference pairs", source)
+        pairs = _filter_pairs(pairs, options, stats)
+        rows = pairs.select(*_pair_columns(options), pl.col("margin"), *_pair_provenance())
+        if options.dedupe:
+            rows = _dedupe(rows, ["prompt", "chosen", "rejected"], stats)
+        stats["rows"] = rows.height
+        return ExportRows(rows, stats=stats)
+
+
+class RewardFormat(DPOFormat):
+    """Pairs with a ``margin`` for ``RewardTrainer``, plus scalar rewards (``FILE.scalar.EXT``)."""
+
+    name = "reward"
+    trainer = "RewardTrainer"
+    columns = {**DPOFormat.columns, "margin": "number"}
+
+    def build(self, source: ExportSource, options: ExportOptions) -> ExportRows:
+        built = super().build(source, options)
+        scored = source.branches.filter(pl.col("objective_pass").is_not_null())
+        prompt, completion = (("prompt_messages", "completion_messages") if options.conversational else
+                              (_text("prompt_messages", roles=True), _text("completion_messages")))
+        scalar = scored.select(
+            (pl.col(prompt) if isinstance(prompt, str) else prompt).alias("prompt"),
+            (pl.col(completion) if isinstance(completion, str) else completion).alias("completion"),
+            pl.col("reward"),
+            pl.struct(pl.col("objective_score").alias("objective"), pl.col("judge_score").alias("judge"),
+                      pl.col("objective_pass"), pl.col("hack_detected")).alias("components"),
+            *_branch_provenance(reward=False))
+        built.extra["scalar"] = scalar
+        built.stats["scalar_rows"] = scalar.height
+        return built
+
+
+class KTOFormat:
+    """Every verified branch, labelled desirable (clean objective pass) or not, for ``KTOTrainer``."""
+
+    name = "kto"
+    trainer = "KTOTrainer"
+    columns = {"prompt": "messages|text", "completion": "messages|text", "label": "bool"}
+
+    def build(self, source: ExportSource, options: ExportOptions) -> ExportRows:
+        verified = source.branches.filter(pl.col("objective_pass").is_not_null())
+        _require_rows(verified, "verified branches", source)
+        label = (pl.col("objective_pass") & ~pl.col("hack_detected")).alias("label")
+        if options.conversational:
+            content = [pl.col("prompt_messages").alias("prompt"), pl.col("completion_messages").alias("completion"),
+                       _tools("mode").alias("tools")]
+        else:
+            content = [_text("prompt_messages", roles=True).alias("prompt"),
+                       _text("completion_messages").alias("completion")]
+        rows = verified.select(*content, label, *_branch_provenance())
+        stats: dict[str, Any] = {}
+        if options.dedupe:
+            rows = _dedupe(rows, ["prompt", "completion", "label"], stats)
+        desirable = int(rows["label"].sum())
+        undesirable = rows.height - desirable
+        stats.update(rows=rows.height, desirable=desirable, undesirable=undesirable,
+                     desirable_share=round(desirable / rows.height, 4), **kto_weights(desirable, undesirable))
+        return ExportRows(rows, stats=stats)
+
+
+def kto_weights(desirable: int, undesirable: int) -> dict[str, float]:
+    """Class weights that give both classes equal total weight (TRL advises a ratio in [1, 4/3]).
+
+    ``desirable_weight * desirable == undesirable_weight * undesirable``, with
+    the larger class at weight 1. With an empty class both weights are 1 (the
+    trainer cannot balance what is not there; the manifest shows the counts).
+    """
+    if not desirable or not undesirable:
+        return {"desirable_weight": 1.0, "undesirable_weight": 1.0}
+    if desirable >= undesirable:
+        return {"desirable_weight": round(undesirable / desirable, 6), "undesirable_weight": 1.0}
+    return {"desirable_weight": 1.0, "undesirable_weight": round(desirable / undesirable, 6)}
+
+
+class SFTFormat:
+    """The winners' whole conversations as ``messages``, for ``SFTTrainer`` (rejection-sampling fine-tuning)."""
+
+    name = "sft"
+    trainer = "SFTTrainer"
+    columns = {"messages": "messages"}
+
+    def build(self, source: ExportSource, options: ExportOptions) -> ExportRows:
+        clean = source.branches.filter(pl.col("objective_pass").fill_null(False) & ~pl.col("hack_detected")
+                                       & pl.col("rank").is_not_null())
+        if not options.sft_all_passing:
+            clean = clean.filter(pl.col("rank") == pl.col("rank").min().over(["run_id", "task_id"]))
+        _require_rows(clean, "clean objective passes", source)
+        if not options.conversational:
+            raise ConfigError("sft rows are conversations (messages); --format standard does not apply")
+        rows = clean.select(pl.col("prompt_messages").list.concat("completion_messages").alias("messages"),
+                            _tools("mode").alias("tools"), *_branch_provenance())
+        stats: dict[str, Any] = {"winners": "every clean pass" if options.sft_all_passing else "best-ranked per task"}
+        if options.dedupe:
+            rows = _dedupe(rows, ["messages"], stats)
+        stats["rows"] = rows.height
+        return ExportRows(rows, stats=stats)
+
+
+class GRPOFormat:
+    """Prompt-only rows carrying the task's verifier spec, for ``GRPOTrainer`` reward functions."""
+
+    name = "grpo"
+    trainer = "GRPOTrainer"
+    columns = {"prompt": "messages|text"}
+
+    def build(self, source: ExportSource, options: ExportOptions) -> ExportRows:
+        tasks = (source.branches.sort(["run_id", "task_id", "branch_index"])
+                 .unique(["run_id", "task_id"], keep="first", maintain_order=True))
+        _require_rows(tasks, "tasks", source)
+        spec = pl.col("task_spec")
+        rows = tasks.select(
+            pl.col("prompt_messages").alias("prompt") if options.conversational else
+            _text("prompt_messages", roles=True).alias("prompt"),
+            pl.col("task_id"), pl.col("run_id"),
+            spec.str.json_path_match("$.answer").alias("answer"),
+            spec.map_elements(lambda s: _spec_json(s, "tests"), return_dtype=pl.String).alias("tests"),
+            spec.map_elements(lambda s: _spec_json(s, "files"), return_dtype=pl.String).alias("files"),
+            spec.str.json_path_match("$.test_command").alias("test_command"),
+            pl.col("task_verifiers").alias("verifiers"),
+            spec.alias("task_spec"),
+        )
+        stats: dict[str, Any] = {}
+        if options.dedupe:  # the same task in several runs: once
+            rows = _dedupe(rows, ["task_spec"], stats)
+        stats["rows"] = rows.height
+        return ExportRows(rows, stats=stats)
+
+
+def _spec_json(spec: str, key: str) -> str | None:
+    value = json.loads(spec).get(key)
+    return json.dumps(value, sort_keys=True) if value else None
+
+
+_REGISTRY: dict[str, Callable[[], ExportFormat]] = {
+    "dpo": DPOFormat, "kto": KTOFormat, "reward": RewardFormat, "sft": SFTFormat, "grpo": GRPOFormat}
+
+
+def register_format(name: str, factory: Callable[[], ExportFormat]) -> None:
+    """Register an export format under ``name``."""
+    _REGISTRY[name] = factory
+
+
+def format_names() -> list[str]:
+    """Registered format names."""
+    return sorted(_REGISTRY)
+
+
+def create_format(name: str) -> ExportFormat:
+    """The format registered as ``name``.
+
+    Raises:
+        ConfigError: Unknown format.
+    """
+    try:
+        return _REGISTRY[name]()
+    except KeyError:
+        raise ConfigError(f"unknown export format '{name}' (choose from: {', '.join(format_names())})") from None

@@ -1,0 +1,109 @@
+"""Preference pairs within a task: which branch is chosen over which (DPO and reward exports).
+
+Pairs are built per (run, task), never across runs or tasks, so both sides
+answer the same prompt. Every strategy obeys two rules:
+
+- a branch with a detected hack is never chosen; with ``hacks_as_rejected`` it
+  may be rejected, and then only against a clean objective pass;
+- the chosen side is strictly better: ``margin > 0``, where the margin is the
+  difference in reward (default) or in Bradley–Terry strength.
+
+Strategies:
+
+- ``best-worst``: per task, the best-ranked clean branch against the
+  worst-ranked one it beats (one pair per task at most);
+- ``pass-fail``: every (objective pass, objective fail) pair;
+- ``all-pairs``: every ordered pair with ``margin >= min_margin``, optionally
+  only those whose strength intervals do not overlap (``ci_separated``), so N
+  ranked branches yield up to N(N−1)/2 pairs.
+
+The work is a Polars self-join: a million pairs take seconds, not minutes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from factory.errors import ConfigError
+
+__all__ = ["PAIR_STRATEGIES", "PairOptions", "build_pairs"]
+
+PAIR_STRATEGIES = ("best-worst", "pass-fail", "all-pairs")
+
+#: Branch columns each side of a pair carries (as ``chosen_<col>`` / ``rejected_<col>``).
+_SIDE_COLUMNS = ("branch_index", "completion_messages", "completion_chars", "objective_pass", "objective_score",
+                 "judge_score", "hack_detected", "reward", "strength", "ci_low", "ci_high", "rank",
+                 "verifier_versions", "final_answer", "mode")
+
+
+@dataclass(frozen=True)
+class PairOptions:
+    """How pairs are chosen.
+
+    Attributes:
+        strategy: One of :data:`PAIR_STRATEGIES`.
+        margin_by: ``reward`` or ``strength`` (Bradley–Terry), the quantity the margin is a difference of.
+        min_margin: Keep pairs whose margin is at least this (all-pairs; every pair needs margin > 0).
+        ci_separated: Keep only pairs whose strength intervals do not overlap (chosen's low > rejected's high).
+        hacks_as_rejected: Pair branches with a detected hack as rejected against a clean pass.
+        max_pairs_per_task: Keep at most this many pairs per task, largest margins first.
+    """
+
+    strategy: str = "best-worst"
+    margin_by: str = "reward"
+    min_margin: float = 0.0
+    ci_separated: bool = False
+    hacks_as_rejected: bool = False
+    max_pairs_per_task: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.strategy not in PAIR_STRATEGIES:
+            raise ConfigError(f"unknown pair strategy '{self.strategy}' (choose from: {', '.join(PAIR_STRATEGIES)})")
+        if self.margin_by not in ("reward", "strength"):
+            raise ConfigError(f"--margin-by must be reward or strength, not '{self.margin_by}'")
+        if self.min_margin < 0:
+            raise ConfigError(f"--min-margin must be >= 0, got {self.min_margin}")
+
+
+def _side(frame: pl.DataFrame, prefix: str) -> pl.DataFrame:
+    return frame.select("run_id", "task_id", "prompt_messages",
+                        *[pl.col(c).alias(f"{prefix}_{c}") for c in _SIDE_COLUMNS])
+
+
+def build_pairs(branches: pl.DataFrame, options: PairOptions) -> pl.DataFrame:
+    """Pairs of branches of the same task, chosen over rejected, with a ``margin`` column.
+
+    Args:
+        branches: One row per branch (see :func:`~factory.export.load_source`).
+        options: Strategy and filters.
+
+    Returns:
+        One row per pair: ``run_id``, ``task_id``, ``prompt_messages``, ``margin`` and
+        ``chosen_*`` / ``rejected_*`` columns; sorted by run, task, chosen and rejected branch.
+    """
+    verified = branches.filter(pl.col("objective_pass").is_not_null() & pl.col("rank").is_not_null())
+    chosen = _side(verified.filter(~pl.col("hack_detected")), "chosen")
+    pool = verified if options.hacks_as_rejected else verified.filter(~pl.col("hack_detected"))
+    rejected = _side(pool, "rejected").drop("prompt_messages")
+    pairs = chosen.join(rejected, on=["run_id", "task_id"])
+    pairs = pairs.filter(pl.col("chosen_branch_index") != pl.col("rejected_branch_index"))
+    pairs = pairs.with_columns(
+        (pl.col(f"chosen_{options.margin_by}") - pl.col(f"rejected_{options.margin_by}")).alias("margin"))
+    keep = (pl.col("margin") > 1e-12) & (pl.col("margin") >= options.min_margin)
+    # a hacked branch is rejected only against a clean pass
+    keep &= ~pl.col("rejected_hack_detected") | pl.col("chosen_objective_pass")
+    if options.strategy == "pass-fail":
+        keep &= pl.col("chosen_objective_pass") & ~pl.col("rejected_objective_pass")
+    if options.ci_separated:
+        keep &= pl.col("chosen_ci_low") > pl.col("rejected_ci_high")
+    pairs = pairs.filter(keep)
+    group = ["run_id", "task_id"]
+    if options.strategy == "best-worst":
+        pairs = pairs.filter(pl.col("chosen_rank") == pl.col("chosen_rank").min().over(group))
+        pairs = pairs.filter(pl.col("rejected_rank") == pl.col("rejected_rank").max().over(group))
+    if options.max_pairs_per_task is not None:
+        pairs = pairs.sort([*group, "margin"], descending=[False, False, True])
+        pairs = pairs.filter(pl.int_range(pl.len()).over(group) < options.max_pairs_per_task)
+    return pairs.sort([*group, "chosen_branch_index", "rejected_branch_index"])
