@@ -4,7 +4,7 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-EXTRAS ?= dev,local,openai,anthropic,docker,plot,memory,memory-ann
+EXTRAS ?= dev,local,openai,anthropic,docker,plot,memory,memory-ann,train
 # Building llama-cpp-python takes minutes on 2 cores; the LLaVA part is not needed.
 export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
 

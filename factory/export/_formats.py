@@ -288,6 +288,11 @@ class KTOFormat:
         else:
             content = [_text("prompt_messages", roles=True).alias("prompt"),
                        _text("completion_messages").alias("completion")]
+        # Interleave tasks (each task's first branch, then each one's second, ...): KTOTrainer estimates its KL
+        # term from each row's batch neighbour's completion, which a neighbour of the same prompt would spoil.
+        verified = (verified.sort(["run_id", "task_id", "branch_index"])
+                    .with_columns(pl.int_range(pl.len()).over(["run_id", "task_id"]).alias("_turn"))
+                    .sort(["_turn", "run_id", "task_id"]))
         rows = verified.select(*content, label, *_branch_provenance())
         stats: dict[str, Any] = {}
         if options.dedupe:

@@ -19,9 +19,11 @@ from factory.store import Store
 from factory.tasks import Task
 from factory.verifiers import VerificationPipeline
 
-FACTORIAL_FILES = {"solution.py": "def factorial(n):\n    if n <= 1:\n        return n\n    return n * factorial(n - 1)\n"}
-FACTORIAL_TESTS = {"test_solution.py": "from solution import factorial\n\n\ndef test_zero():\n    assert factorial(0) == 1\n\n\n"
-                                       "def test_five():\n    assert factorial(5) == 120\n"}
+FACTORIAL_FILES = {"solution.py": "def factorial(n):\n    if n <= 1:\n        return n\n"
+                                  "    return n * factorial(n - 1)\n"}
+FACTORIAL_TESTS = {"test_solution.py": "from solution import factorial\n\n\ndef test_zero():\n"
+                                       "    assert factorial(0) == 1\n\n\ndef test_five():\n"
+                                       "    assert factorial(5) == 120\n"}
 FIXED = "def factorial(n):\n    if n <= 1:\n        return 1\n    return n * factorial(n - 1)\n"
 TASKS = [
     Task(id="add", prompt="What is 17 + 25? Reply as `Final: <n>`.", answer="42"),
