@@ -42,6 +42,8 @@ bench: setup
 	$(PY) bench/bench_fork.py
 	$(PY) bench/bench_verify.py
 	$(PY) bench/bench_rank.py
+	$(PY) bench/bench_memory.py
+	$(PY) bench/bench_export.py
 
 lint: setup
 	$(VENV)/bin/ruff check factory tests bench
