@@ -53,3 +53,22 @@ def replay_file(tmp_path: Path):
         return path
 
     return write
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Tests that train the tiny model run torch on one thread: it gains nothing from more, and CI has two cores."""
+    torch = pytest.importorskip("torch", reason="torch (the 'train' extra) is not installed")
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> str:
+    """The tiny offline causal LM (2-layer Llama, byte-level BPE, ChatML), built once per session."""
+    pytest.importorskip("transformers", reason="transformers (the 'train' extra) is not installed")
+    from factory.trainers import build_tiny_model
+
+    return str(build_tiny_model(tmp_path_factory.mktemp("tiny-model")))

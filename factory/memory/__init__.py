@@ -20,6 +20,7 @@ from factory.memory._store import (
     UpsertReport,
     candidates_from_run,
     format_as_system_prompt,
+    new_rows,
 )
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "embedder_names",
     "format_as_system_prompt",
     "memory_backend_names",
+    "new_rows",
     "register_embedder",
     "register_memory_backend",
 ]

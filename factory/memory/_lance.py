@@ -49,7 +49,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from factory.errors import ConfigError
-from factory.memory._store import Memory
+from factory.memory._store import Memory, new_rows
 from factory.store import utc_now
 
 __all__ = ["LanceMemoryBackend"]
@@ -157,12 +157,7 @@ class LanceMemoryBackend:
             if stored_dim is not None and stored_dim != dim:
                 raise ConfigError(f"the LanceDB memory at {self.path} holds dim {stored_dim} vectors, not {dim}: "
                                   "use the embedder it was built with, or clear the memory")
-            existing = self.existing_ids([m.memory_id for m in memories])
-            keep, seen = [], set(existing)
-            for row, memory in enumerate(memories):
-                if memory.memory_id not in seen:
-                    seen.add(memory.memory_id)
-                    keep.append(row)
+            keep = new_rows(memories, self.existing_ids([m.memory_id for m in memories]))
             if not keep:
                 return 0
             rows = self._arrow([memories[i] for i in keep], vectors[keep], dim)

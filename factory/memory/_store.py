@@ -30,7 +30,7 @@ from factory.provenance import content_hash
 from factory.store import Store, utc_now
 
 __all__ = ["DuckDBMemoryBackend", "Memory", "MemoryBackend", "MemoryCandidate", "RolloutMemoryStore",
-           "UpsertReport", "candidates_from_run", "format_as_system_prompt"]
+           "UpsertReport", "candidates_from_run", "format_as_system_prompt", "new_rows"]
 
 
 @dataclass(frozen=True)
@@ -125,12 +125,7 @@ class DuckDBMemoryBackend:
         if not memories:
             return 0
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-        existing = self.existing_ids([m.memory_id for m in memories])
-        keep, seen = [], set(existing)
-        for row, memory in enumerate(memories):
-            if memory.memory_id not in seen:
-                seen.add(memory.memory_id)
-                keep.append(row)
+        keep = new_rows(memories, self.existing_ids([m.memory_id for m in memories]))
         if not keep:
             return 0
         fresh, block = [memories[i] for i in keep], vectors[keep]
@@ -214,6 +209,16 @@ def _unit_rows(matrix: np.ndarray) -> np.ndarray:
     """Rows scaled to unit length (zero rows stay zero), float32."""
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)
     return (matrix / np.where(norms > 0, norms, 1.0)).astype(np.float32, copy=False)
+
+
+def new_rows(memories: Sequence[Memory], stored_ids: set[str]) -> list[int]:
+    """Positions of the memories to insert: not stored yet, and the first of any repeated id."""
+    keep, seen = [], set(stored_ids)
+    for row, memory in enumerate(memories):
+        if memory.memory_id not in seen:
+            seen.add(memory.memory_id)
+            keep.append(row)
+    return keep
 
 
 def format_as_system_prompt(memories: Sequence[Memory], max_chars: int = 400) -> str:

@@ -18,22 +18,18 @@ datasets = pytest.importorskip("datasets", reason="datasets (the 'train' extra) 
 
 from factory.export import export  # noqa: E402
 from factory.store import Store  # noqa: E402
-from factory.trainers import build_tiny_model  # noqa: E402
 from factory.verifiers import check_final_answer  # noqa: E402
 from tests._trl import common_args, train_one_step  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def _one_thread(one_torch_thread):
+    """Every test here trains the tiny model (see tests/conftest.py)."""
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> str:
-    return str(build_tiny_model(tmp_path_factory.mktemp("tiny")))
+@pytest.fixture
+def tiny(tiny_model) -> str:
+    return tiny_model
 
 
 def exported(db: Path, fmt: str, folder: Path):

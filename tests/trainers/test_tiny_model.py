@@ -42,12 +42,8 @@ COMPLETION = [
 
 
 @pytest.fixture(autouse=True)
-def one_thread():
-    """The tiny model gains nothing from threads, and the test machine may be shared."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def _one_thread(one_torch_thread):
+    """Every test here trains or runs the tiny model (see tests/conftest.py)."""
 
 
 @pytest.fixture(scope="module", params=["llama", "qwen2"])

@@ -16,7 +16,6 @@ pytest.importorskip("transformers", reason="transformers (the 'train' extra) is 
 trl = pytest.importorskip("trl", reason="trl (the 'train' extra) is not installed")
 datasets = pytest.importorskip("datasets", reason="datasets (the 'train' extra) is not installed")
 
-from factory.trainers import build_tiny_model  # noqa: E402
 from tests._trl import common_args, train_one_step  # noqa: E402
 
 RUN_TOOLS = json.dumps(
@@ -157,17 +156,13 @@ def grpo_rows() -> list[dict]:
 
 
 @pytest.fixture(autouse=True)
-def one_thread():
-    """The tiny model gains nothing from threads, and the test machine may be shared."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def _one_thread(one_torch_thread):
+    """Every test here trains or runs the tiny model (see tests/conftest.py)."""
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> str:
-    return str(build_tiny_model(tmp_path_factory.mktemp("tiny")))
+@pytest.fixture
+def tiny(tiny_model) -> str:
+    return tiny_model
 
 
 @pytest.fixture
