@@ -240,6 +240,9 @@ class DPOFormat:
         pairs = build_pairs(source.branches, options.pairs)
         _require_rows(pairs, "preference pairs", source)
         pairs = _filter_pairs(pairs, options, stats)
+        if pairs.is_empty():
+            raise ExportError(f"nothing to export: the filters dropped all {stats['pairs_built']} pairs "
+                              f"(length bias before them: {stats['length_bias_before_filters']})")
         rows = pairs.select(*_pair_columns(options), pl.col("margin"), *_pair_provenance())
         if options.dedupe:
             rows = _dedupe(rows, ["prompt", "chosen", "rejected"], stats)

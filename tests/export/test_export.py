@@ -232,6 +232,10 @@ def test_a_failed_export_leaves_the_previous_file_intact(exported_run, tmp_path)
         run_export(exported_run, "dpo", out, ExportOptions(pairs=PairOptions(min_margin=5.0)))
     assert out.read_bytes() == before and first.manifest_path.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["README.md", "dpo.jsonl", "dpo.jsonl.manifest.json"]
+    # the one most confident pair ("add": the terse right answer over a longer wrong one) is unbalanced alone
+    with pytest.raises(ExportError, match="the filters dropped all 3 pairs"):
+        run_export(exported_run, "dpo", out, ExportOptions(length_balance=True, top_confidence=0.01))
+    assert out.read_bytes() == before
     with pytest.raises(ConfigError, match=".jsonl or .parquet"):
         run_export(exported_run, "dpo", tmp_path / "dpo.csv")
 
