@@ -17,7 +17,12 @@ Strategies:
   only those whose strength intervals do not overlap (``ci_separated``), so N
   ranked branches yield up to N(N−1)/2 pairs.
 
-The work is a Polars self-join: a million pairs take seconds, not minutes.
+The self-join, the filters and the sort run on the light columns only (row
+number, keys, scores, ranks); the message lists are fetched once per
+surviving pair with an Arrow ``take``. Joining the messages as well would
+copy them branches² times per task: at a million pairs that took 43 s and
+23 GB, against seconds and a fraction of the memory this way
+(``bench/bench_export.py``).
 """
 
 from __future__ import annotations
@@ -32,10 +37,11 @@ __all__ = ["PAIR_STRATEGIES", "PairOptions", "build_pairs"]
 
 PAIR_STRATEGIES = ("best-worst", "pass-fail", "all-pairs")
 
-#: Branch columns each side of a pair carries (as ``chosen_<col>`` / ``rejected_<col>``).
-_SIDE_COLUMNS = ("branch_index", "completion_messages", "completion_chars", "objective_pass", "objective_score",
-                 "judge_score", "hack_detected", "reward", "strength", "ci_low", "ci_high", "rank",
-                 "verifier_versions", "final_answer", "mode")
+#: Branch columns each side of a pair carries (as ``chosen_<col>`` / ``rejected_<col>``): the light ones
+#: take part in the join and filters, the heavy ones are fetched for the pairs that survive them.
+_LIGHT = ("branch_index", "objective_pass", "hack_detected", "reward", "strength", "ci_low", "ci_high", "rank")
+_HEAVY = ("completion_messages", "completion_chars", "objective_score", "judge_score", "verifier_versions",
+          "final_answer", "mode")
 
 
 @dataclass(frozen=True)
@@ -68,8 +74,14 @@ class PairOptions:
 
 
 def _side(frame: pl.DataFrame, prefix: str) -> pl.DataFrame:
-    return frame.select("run_id", "task_id", "prompt_messages",
-                        *[pl.col(c).alias(f"{prefix}_{c}") for c in _SIDE_COLUMNS])
+    return frame.select("run_id", "task_id", pl.col("_row").alias(f"{prefix}__row"),
+                        *[pl.col(c).alias(f"{prefix}_{c}") for c in _LIGHT])
+
+
+def _fetch(heavy, rows: pl.Series, prefix: str) -> pl.DataFrame:
+    """The heavy columns of these branch rows (an Arrow take: no per-row Python), prefixed."""
+    taken = heavy.take(rows.to_arrow())
+    return pl.from_arrow(taken.rename_columns([f"{prefix}_{c}" if c in _HEAVY else c for c in taken.column_names]))
 
 
 def build_pairs(branches: pl.DataFrame, options: PairOptions) -> pl.DataFrame:
@@ -83,10 +95,11 @@ def build_pairs(branches: pl.DataFrame, options: PairOptions) -> pl.DataFrame:
         One row per pair: ``run_id``, ``task_id``, ``prompt_messages``, ``margin`` and
         ``chosen_*`` / ``rejected_*`` columns; sorted by run, task, chosen and rejected branch.
     """
-    verified = branches.filter(pl.col("objective_pass").is_not_null() & pl.col("rank").is_not_null())
+    verified = (branches.filter(pl.col("objective_pass").is_not_null() & pl.col("rank").is_not_null())
+                .with_row_index("_row"))
     chosen = _side(verified.filter(~pl.col("hack_detected")), "chosen")
     pool = verified if options.hacks_as_rejected else verified.filter(~pl.col("hack_detected"))
-    rejected = _side(pool, "rejected").drop("prompt_messages")
+    rejected = _side(pool, "rejected")
     pairs = chosen.join(rejected, on=["run_id", "task_id"])
     pairs = pairs.filter(pl.col("chosen_branch_index") != pl.col("rejected_branch_index"))
     pairs = pairs.with_columns(
@@ -106,4 +119,8 @@ def build_pairs(branches: pl.DataFrame, options: PairOptions) -> pl.DataFrame:
     if options.max_pairs_per_task is not None:
         pairs = pairs.sort([*group, "margin"], descending=[False, False, True])
         pairs = pairs.filter(pl.int_range(pl.len()).over(group) < options.max_pairs_per_task)
-    return pairs.sort([*group, "chosen_branch_index", "rejected_branch_index"])
+    pairs = pairs.sort([*group, "chosen_branch_index", "rejected_branch_index"])
+    heavy = verified.select("prompt_messages", *_HEAVY).to_arrow()
+    chosen_heavy = _fetch(heavy, pairs["chosen__row"], "chosen")  # the prompt comes with the chosen side
+    rejected_heavy = _fetch(heavy.drop(["prompt_messages"]), pairs["rejected__row"], "rejected")
+    return pl.concat([pairs.drop("chosen__row", "rejected__row"), chosen_heavy, rejected_heavy], how="horizontal")
