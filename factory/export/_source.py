@@ -22,6 +22,7 @@ from typing import Any
 import polars as pl
 
 from factory.errors import ExportError
+from factory.ranking import verdict_summary_sql
 from factory.store import Store
 
 __all__ = ["ExportSource", "MESSAGE_JSON_SHAPE", "load_source"]
@@ -33,18 +34,7 @@ MESSAGE_JSON_SHAPE = (
 )
 
 _BRANCHES_SQL = f"""
-WITH latest AS (
-    SELECT * FROM verdicts WHERE list_contains($runs, run_id)
-    QUALIFY row_number() OVER (PARTITION BY run_id, task_id, branch_index, verifier
-                               ORDER BY created_at DESC, version DESC) = 1),
-verdict AS (
-    SELECT run_id, task_id, branch_index,
-           bool_and(status = 'pass') FILTER (WHERE verifier <> 'judge') AS objective_pass,
-           avg(score) FILTER (WHERE verifier <> 'judge') AS objective_score,
-           max(score) FILTER (WHERE verifier = 'judge' AND status IN ('pass', 'fail')) AS judge_score,
-           bool_or(coalesce(TRY_CAST(json_extract(details, '$.hack_detected') AS BOOLEAN), false)) AS hack_detected,
-           list_sort(list(verifier || '@' || version)) AS verifier_versions
-    FROM latest GROUP BY ALL),
+WITH verdict AS ({verdict_summary_sql("list_contains($runs, run_id)")}),
 modes AS (
     SELECT run_id, task_id, branch_index, json_extract_string(payload, '$.mode') AS mode FROM events
     WHERE kind = 'run_start' AND list_contains($runs, run_id)

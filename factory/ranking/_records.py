@@ -7,7 +7,7 @@ from typing import Any
 
 from factory.store import Store
 
-__all__ = ["BranchRecord", "PairwiseOutcome", "load_pairwise", "load_records"]
+__all__ = ["BranchRecord", "PairwiseOutcome", "load_pairwise", "load_records", "verdict_summary_sql"]
 
 
 @dataclass(frozen=True)
@@ -43,24 +43,42 @@ class PairwiseOutcome:
     outcome: float
 
 
+def verdict_summary_sql(run_filter: str) -> str:
+    """SQL: one row per verified branch, from each verifier's latest verdict (the one definition of these columns).
+
+    Columns: ``run_id, task_id, branch_index``; ``objective_pass`` (every latest non-judge verdict passed),
+    ``objective_score`` (their mean score), ``judge_score`` (the latest judge score, pass or fail only),
+    ``hack_detected`` (any verifier caught tampering), ``verifier_versions`` (sorted ``name@version``).
+
+    Args:
+        run_filter: A SQL condition on the ``verdicts`` table selecting the runs (e.g. ``run_id = $run``).
+    """
+    return f"""
+        SELECT run_id, task_id, branch_index,
+               bool_and(status = 'pass') FILTER (WHERE verifier <> 'judge') AS objective_pass,
+               avg(score) FILTER (WHERE verifier <> 'judge') AS objective_score,
+               max(score) FILTER (WHERE verifier = 'judge' AND status IN ('pass', 'fail')) AS judge_score,
+               bool_or(coalesce(TRY_CAST(json_extract(details, '$.hack_detected') AS BOOLEAN), false))
+                   AS hack_detected,
+               list_sort(list(verifier || '@' || version)) AS verifier_versions
+        FROM (SELECT * FROM verdicts WHERE {run_filter}
+              QUALIFY row_number() OVER (PARTITION BY run_id, task_id, branch_index, verifier
+                                         ORDER BY created_at DESC, version DESC) = 1)
+        GROUP BY ALL"""
+
+
 def load_records(store: Store, run_id: str) -> list[BranchRecord]:
     """One record per stored branch of ``run_id``, using each verifier's latest verdict."""
     frame = store.query(
-        """
-        WITH latest AS (
-            SELECT * FROM verdicts WHERE run_id = ?
-            QUALIFY row_number() OVER (PARTITION BY task_id, branch_index, verifier
-                                       ORDER BY created_at DESC, version DESC) = 1)
+        f"""
+        WITH v AS ({verdict_summary_sql("run_id = $run")})
         SELECT b.task_id, b.branch_index, b.temperature, b.seed, b.model, b.status,
-               bool_and(v.status = 'pass') FILTER (WHERE v.verifier <> 'judge') AS objective_pass,
-               avg(v.score) FILTER (WHERE v.verifier <> 'judge') AS objective_score,
-               max(v.score) FILTER (WHERE v.verifier = 'judge' AND v.status IN ('pass', 'fail')) AS judge_score,
-               bool_or(coalesce(TRY_CAST(json_extract(v.details, '$.hack_detected') AS BOOLEAN), false)) AS hack
-        FROM branches b LEFT JOIN latest v USING (task_id, branch_index)
-        WHERE b.run_id = ?
-        GROUP BY ALL ORDER BY b.task_id, b.branch_index
+               v.objective_pass, v.objective_score, v.judge_score, coalesce(v.hack_detected, false) AS hack
+        FROM branches b LEFT JOIN v USING (run_id, task_id, branch_index)
+        WHERE b.run_id = $run
+        ORDER BY b.task_id, b.branch_index
         """,
-        [run_id, run_id],
+        {"run": run_id},
     )
     return [
         BranchRecord(
