@@ -260,11 +260,10 @@ class RewardFormat(DPOFormat):
     def build(self, source: ExportSource, options: ExportOptions) -> ExportRows:
         built = super().build(source, options)
         scored = source.branches.filter(pl.col("objective_pass").is_not_null())
-        prompt, completion = (("prompt_messages", "completion_messages") if options.conversational else
-                              (_text("prompt_messages", roles=True), _text("completion_messages")))
+        prompt, completion = ((pl.col("prompt_messages"), pl.col("completion_messages")) if options.conversational
+                              else (_text("prompt_messages", roles=True), _text("completion_messages")))
         scalar = scored.select(
-            (pl.col(prompt) if isinstance(prompt, str) else prompt).alias("prompt"),
-            (pl.col(completion) if isinstance(completion, str) else completion).alias("completion"),
+            prompt.alias("prompt"), completion.alias("completion"),
             pl.col("reward"),
             pl.struct(pl.col("objective_score").alias("objective"), pl.col("judge_score").alias("judge"),
                       pl.col("objective_pass"), pl.col("hack_detected")).alias("components"),
