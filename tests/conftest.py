@@ -72,3 +72,11 @@ def tiny_model(tmp_path_factory) -> str:
     from factory.trainers import build_tiny_model
 
     return str(build_tiny_model(tmp_path_factory.mktemp("tiny-model")))
+
+
+@pytest.fixture(scope="session")
+def exported_run(tmp_path_factory) -> Path:
+    """A store holding run ``r1`` to export and train on: three tasks x four verified branches (see tests/_runs.py)."""
+    from tests._runs import build_exported_run
+
+    return build_exported_run(tmp_path_factory.mktemp("export-run"))

@@ -66,8 +66,8 @@ def parse_temperatures(text: str | None, branches: int) -> tuple[float, ...] | N
 @click.argument("tasks_file", metavar="TASKS", required=False, type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--branches", "-n", type=click.IntRange(min=1), default=4, show_default=True, help="Branches per task.")
 @click.option("--model", "model_spec", default=None,
-              help="Policy: local (default), local:FILE.gguf, openai:MODEL, anthropic:MODEL, vllm:PATH, replay:FILE; "
-                   "with --resume, the run's own model.")
+              help="Policy: local (default), local:FILE.gguf, hf:DIR, openai:MODEL, anthropic:MODEL, vllm:PATH, "
+                   "replay:FILE; with --resume, the run's own model.")
 @click.option("--base-url", default=None, help="Server URL for openai:/anthropic: (any OpenAI-compatible server).")
 @click.option("--sandbox", default=None, help="Sandbox backend: bwrap (default on Linux), docker, none.")
 @click.option("--concurrency", "-c", type=click.IntRange(min=1), default=8, show_default=True,
@@ -78,7 +78,7 @@ def parse_temperatures(text: str | None, branches: int) -> tuple[float, ...] | N
 @click.option("--max-tokens", type=click.IntRange(min=1), default=512, show_default=True, help="Tokens per model call.")
 @click.option("--timeout", "command_timeout", type=float, default=60.0, show_default=True,
               help="Wall-clock seconds per sandbox command.")
-@click.option("--threads", type=int, default=None, help="CPU threads for in-process models (local).")
+@click.option("--threads", type=int, default=None, help="CPU threads for in-process models (local, hf).")
 @click.option("--no-verify", is_flag=True, help="Do not run verifiers as branches finish.")
 @click.option("--memory", "use_memory", is_flag=True,
               help="Prime branches with similar past winners, and store this run's winners afterwards.")

@@ -34,8 +34,9 @@ def fork_summary(store: Store, run_id: str, elapsed_s: float | None = None) -> d
                coalesce(sum(output_tokens), 0)::BIGINT AS output_tokens,
                sum(cost_usd) AS cost_usd,
                count(v.objective_pass)::BIGINT AS verified,
-               count_if(v.objective_pass)::BIGINT AS passed,
-               count_if(v.hack)::BIGINT AS hacks
+               -- count_if over no verdicts at all (a --no-verify run) is NULL, not 0
+               coalesce(count_if(v.objective_pass), 0)::BIGINT AS passed,
+               coalesce(count_if(v.hack), 0)::BIGINT AS hacks
         FROM branches b LEFT JOIN per_branch v USING (task_id, branch_index)
         WHERE b.run_id = ? GROUP BY b.task_id ORDER BY b.task_id
         """,

@@ -168,7 +168,7 @@ def test_stored_rankings_are_read_and_rolling_keeps_the_last_runs(exported_run, 
     result = run_export(db, "dpo", tmp_path / "ranked.jsonl")
     assert result.manifest["runs"][0]["ranked_at_export"] is False
     assert result.manifest["runs"][0]["ranking"]["n_tasks"] == 3
-    from tests.export.conftest import REPLIES, fork_run
+    from tests._runs import REPLIES, fork_run
 
     replies = tmp_path / "replies.jsonl"
     replies.write_text("".join(json.dumps(r) + "\n" for r in REPLIES))
@@ -183,7 +183,7 @@ def test_stored_rankings_are_read_and_rolling_keeps_the_last_runs(exported_run, 
 def test_dedupe_removes_repeated_content(exported_run, tmp_path):
     db = tmp_path / "twice.duckdb"
     shutil.copy(exported_run, db)
-    from tests.export.conftest import REPLIES, fork_run
+    from tests._runs import REPLIES, fork_run
 
     replies = tmp_path / "replies.jsonl"
     replies.write_text("".join(json.dumps(r) + "\n" for r in REPLIES))

@@ -1,10 +1,10 @@
-"""Policy and judge models, chosen by prefix: ``openai:``, ``anthropic:``, ``vllm:``, ``local``, ``replay:``.
+"""Policy and judge models, chosen by prefix: ``openai:``, ``anthropic:``, ``vllm:``, ``hf:``, ``local``, ``replay:``.
 
 Providers import their SDKs only when a model is created, and translate SDK
 errors into the :class:`~factory.errors.ModelError` tree.
 """
 
-from factory.rollouts.models import _anthropic, _local, _openai, _replay, _vllm  # noqa: F401  (registration)
+from factory.rollouts.models import _anthropic, _hf, _local, _openai, _replay, _vllm  # noqa: F401  (registration)
 from factory.rollouts.models._anthropic import AnthropicChatModel, to_anthropic_messages
 from factory.rollouts.models._base import (
     ChatModel,
@@ -19,6 +19,7 @@ from factory.rollouts.models._base import (
     register_model,
 )
 from factory.rollouts.models._gguf import read_gguf_metadata
+from factory.rollouts.models._hf import HFChatModel
 from factory.rollouts.models._http_errors import error_for_status, retry_after_seconds, sdk_errors
 from factory.rollouts.models._local import LocalChatModel
 from factory.rollouts.models._openai import OpenAIChatModel, to_openai_messages
@@ -39,6 +40,7 @@ __all__ = [
     "ChatModel",
     "ChatResponse",
     "GGUFWeights",
+    "HFChatModel",
     "LocalChatModel",
     "Message",
     "MicroBatcher",

@@ -11,8 +11,6 @@ import asyncio
 import json
 from pathlib import Path
 
-import pytest
-
 from factory.rollouts import ForkConfig, RolloutForkRunner
 from factory.rollouts.models import create_model
 from factory.store import Store
@@ -58,23 +56,21 @@ REPLIES = [
 ]
 
 
-def fork_run(db: Path, replies: Path, run_id: str = "r1", branches: int = 4) -> None:
-    """Fork TASKS into ``db`` with the scripted replies, verifying every branch in its sandbox."""
+def fork_run(db: Path, replies: Path, run_id: str = "r1", branches: int = 4, tasks: list[Task] | None = None) -> None:
+    """Fork ``tasks`` (default TASKS) into ``db`` with the scripted replies, verifying every branch in its sandbox."""
     with Store.open(db) as store:
         runner = RolloutForkRunner(create_model(f"replay:{replies}"), store,
                                    ForkConfig(branches=branches, concurrency=4, sandbox="bwrap"),
                                    run_id=run_id, pipeline=VerificationPipeline())
 
         async def go():
-            return [r async for r in runner.run(TASKS)]
+            return [r async for r in runner.run(tasks or TASKS)]
 
         asyncio.run(go())
 
 
-@pytest.fixture(scope="session")
-def exported_run(tmp_path_factory) -> Path:
-    """A store holding run ``r1``: three tasks x four verified branches (not ranked: export ranks it)."""
-    folder = tmp_path_factory.mktemp("export-run")
+def build_exported_run(folder: Path) -> Path:
+    """A store in ``folder`` holding run ``r1``: three tasks x four verified branches (not ranked: export ranks it)."""
     replies = folder / "replies.jsonl"
     replies.write_text("".join(json.dumps(r) + "\n" for r in REPLIES))
     db = folder / "run.duckdb"

@@ -1,0 +1,166 @@
+"""Training data: an export file, checked against its format and read with its manifest.
+
+Every trainer starts here. The file is validated the way ``factory export
+validate`` does (each problem as ``FILE:LINE: field``) before anything is
+loaded, and the manifest written beside it (``FILE.manifest.json``) supplies
+what the trainer needs from the export (KTO's class weights) and what the
+result depends on (dataset hash, runs, options hash).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from factory.errors import ConfigError, ExportValidationError
+
+__all__ = ["TrainingData", "load_training_data"]
+
+MANIFEST_SUFFIX = ".manifest.json"
+
+
+@dataclass
+class TrainingData:
+    """An export file loaded as a ``datasets.Dataset``, with what it depends on.
+
+    Attributes:
+        path: The data file.
+        format: The export format the rows follow (``dpo``, ``kto``, ``reward``, ``reward-scalar``, ``sft``, ``grpo``).
+        dataset: The rows, as TRL reads them (no column mapping).
+        manifest: The export manifest, or None for a file made elsewhere.
+        file_sha256: Digest of the data file.
+        warnings: What the user should know (no manifest, unpowered ranking...).
+    """
+
+    path: Path
+    format: str
+    dataset: Any
+    manifest: dict[str, Any] | None
+    file_sha256: str
+    warnings: list[str] = field(default_factory=list)
+
+    def provenance(self) -> dict[str, Any]:
+        """What a model trained on these rows depends on, for the training result."""
+        manifest = self.manifest or {}
+        return {
+            "file": str(self.path), "format": self.format, "file_sha256": self.file_sha256,
+            "rows": len(self.dataset),
+            "dataset_hash": manifest.get("dataset_hash"), "dataset_hashes": manifest.get("dataset_hashes"),
+            "run_ids": manifest.get("run_ids"), "options_hash": manifest.get("options_hash"),
+            "config_hashes": manifest.get("config_hashes"), "export_powered": manifest.get("powered"),
+            "export_evidence": manifest.get("evidence"), "manifest": bool(self.manifest),
+        }
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _manifest_for(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """The manifest beside ``path``, and the side-file tag when ``path`` is a side file (``scalar``)."""
+    own = path.with_name(path.name + MANIFEST_SUFFIX)
+    if own.is_file():
+        return _read_manifest(own), None
+    # data.scalar.jsonl is described by data.jsonl.manifest.json (its "files" section)
+    stem, _, tag = path.stem.rpartition(".")
+    if stem:
+        main = path.with_name(f"{stem}{path.suffix}{MANIFEST_SUFFIX}")
+        if main.is_file():
+            manifest = _read_manifest(main)
+            if (manifest.get("files") or {}).get(tag, {}).get("file") == path.name:
+                return manifest, tag
+    return None, None
+
+
+def _read_manifest(path: Path) -> dict[str, Any]:
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read the export manifest: {exc}") from exc
+    if not isinstance(manifest, dict) or "format" not in manifest:
+        raise ConfigError(f"{path}: field 'format': missing; not an export manifest")
+    return manifest
+
+
+def _check_scalar_rows(path: Path) -> int:
+    """The reward format's scalar file: ``prompt``, ``completion`` and a finite numeric ``reward`` on every row."""
+    from factory.export import iter_records
+
+    problems: list[str] = []
+    rows = 0
+    for line, record, error in iter_records(path):
+        if record is None:
+            problems.append(f"{path}:{line}: {error}")
+            continue
+        rows += 1
+        for name in ("prompt", "completion"):
+            if not record.get(name):
+                problems.append(f"{path}:{line}: field '{name}': missing or empty")
+        reward = record.get("reward")
+        if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
+            problems.append(f"{path}:{line}: field 'reward': must be a finite number, got {reward!r}")
+        if len(problems) >= 200:
+            break
+    if rows == 0 and not problems:
+        problems.append(f"{path}: no rows")
+    if problems:
+        raise ExportValidationError(str(path), problems)
+    return rows
+
+
+def load_training_data(path: str | Path, expected: str | tuple[str, ...]) -> TrainingData:
+    """Validate and load an export file for a trainer.
+
+    Args:
+        path: A ``.jsonl`` or ``.parquet`` file written by ``factory export`` (or following its format).
+        expected: The format(s) this trainer reads; ``reward-scalar`` is the reward format's scalar file.
+
+    Raises:
+        ConfigError: Missing file, wrong format for this trainer (per the manifest), unreadable manifest.
+        ExportValidationError: Rows that break the format, each named by file, line and field.
+    """
+    from factory.export import file_kind, validate_file
+
+    path = Path(path)
+    expected = (expected,) if isinstance(expected, str) else tuple(expected)
+    if not path.is_file():
+        raise ConfigError(f"--data {path}: no such file (write one with: factory export {expected[0]} ...)")
+    kind = file_kind(path)
+    manifest, tag = _manifest_for(path)
+    warnings: list[str] = []
+    if manifest is not None:
+        fmt = f"{manifest['format']}-{tag}" if tag else manifest["format"]
+        if fmt not in expected:
+            raise ConfigError(f"{path}: field 'format': the manifest says {fmt!r}, this trainer reads "
+                              f"{' or '.join(repr(e) for e in expected)}")
+        recorded = manifest.get("file_sha256") if tag is None else manifest["files"][tag].get("sha256")
+    else:
+        fmt, recorded = expected[0], None
+        warnings.append(f"{path}: no export manifest beside it; provenance (dataset hash, runs) is not recorded")
+    if fmt == "reward-scalar":
+        _check_scalar_rows(path)
+    else:
+        validate_file(path, fmt)
+    digest = _sha256(path)
+    if recorded and recorded != digest:
+        warnings.append(f"{path}: changed since it was exported (sha256 {digest[:12]}... vs manifest "
+                        f"{recorded[:12]}...)")
+    if manifest is not None and not manifest.get("powered", True):
+        warnings.append(f"{path}: the ranking behind this export is not powered (see the manifest's runs)")
+    import datasets
+
+    # A throwaway cache: the rows are small next to a model, and nothing is left in ~/.cache.
+    with tempfile.TemporaryDirectory(prefix="factory-data-") as cache:
+        dataset = datasets.load_dataset("json" if kind == "jsonl" else "parquet", data_files=str(path),
+                                        split="train", cache_dir=cache, keep_in_memory=True)
+    return TrainingData(path, fmt, dataset, manifest, digest, warnings)

@@ -1,0 +1,156 @@
+"""Reward functions for GRPO built from our verifiers: online RL from the rewards that made the data.
+
+:class:`VerifierReward` has TRL's reward-function signature
+``(prompts, completions, **kwargs) -> list[float | None]`` and reads the
+``task_spec`` column the GRPO export carries (TRL passes extra columns as
+keyword arguments). Each completion is treated as one agent turn:
+
+1. its ``<tool_call>`` blocks (the agent's tools: ``write_file``, ``run``,
+   ``submit``...) are carried out, in order, in a fresh sandbox seeded with
+   the task's files (tests read-only), exactly as the fork runner would;
+2. the task's objective verifiers run on the result: ``answer`` on the
+   submitted (or written) answer, ``tests`` / ``build`` in that sandbox,
+   ``schema`` and ``rules`` on the answer; the LLM judge never runs here;
+3. the reward is the mean score of those verdicts (the ranker's objective
+   score; the tests verifier's tamper penalty included), or None for a task
+   no objective verifier applies to, which TRL leaves out of the mean.
+
+Model-written code never runs outside the sandbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from factory.errors import ConfigError
+from factory.tasks import Task
+
+__all__ = ["VerifierReward", "completion_text"]
+
+
+def completion_text(completion: Any) -> str:
+    """A completion's text: a plain string, or the assistant contents of a message list."""
+    if isinstance(completion, str):
+        return completion
+    return "\n".join(str(m.get("content") or "") for m in completion if m.get("role", "assistant") == "assistant")
+
+
+def _run_coroutine(coroutine: Any) -> Any:
+    """Run ``coroutine`` to the end from synchronous code, even where an event loop is already running."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = asyncio.run(coroutine)
+        except BaseException as exc:  # handed to the caller's thread
+            box["error"] = exc
+
+    worker = threading.Thread(target=run, name="factory-verifier-reward")
+    worker.start()
+    worker.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+class VerifierReward:
+    """A TRL reward function that scores completions with the task's objective verifiers.
+
+    Args:
+        sandbox: The sandbox backend for tool calls and tests (``bwrap``, ``docker``...).
+        verifiers: Only these objective verifiers (default: every one the task's fields select).
+        concurrency: Completions verified at once (each may hold a sandbox).
+        tool_timeout_s: Longest a ``run`` tool call may take.
+
+    Attributes:
+        counts: Running totals: completions scored, objective passes, unscored (no verifier), tool calls run,
+            and passes per verifier, for the training result.
+    """
+
+    __name__ = "verifiers"  # TRL logs each reward function's mean under rewards/<__name__>
+
+    def __init__(self, sandbox: str = "bwrap", *, verifiers: Sequence[str] | None = None, concurrency: int = 2,
+                 tool_timeout_s: float = 30.0):
+        from factory.rollouts import AGENT_TOOLS
+        from factory.rollouts.sandbox import sandbox_names
+        from factory.verifiers import VerificationPipeline
+
+        if sandbox not in sandbox_names():
+            raise ConfigError(f"unknown sandbox {sandbox!r} (use one of: {', '.join(sandbox_names())})")
+        chosen = set(verifiers) if verifiers is not None else None
+        if chosen is not None and "judge" in chosen:
+            raise ConfigError("the LLM judge is not an objective verifier; GRPO rewards come from objective ones")
+        self.sandbox = sandbox
+        self.pipeline = VerificationPipeline(only=frozenset(chosen) if chosen is not None else None)
+        self.concurrency = max(1, concurrency)
+        self.tool_timeout_s = tool_timeout_s
+        self._tool_names = frozenset(tool.name for tool in AGENT_TOOLS)
+        self._tasks: dict[str, Task] = {}
+        self.counts: Counter[str] = Counter()
+
+    def _task(self, spec: str) -> Task:
+        if spec not in self._tasks:
+            self._tasks[spec] = Task.model_validate(json.loads(spec))
+        return self._tasks[spec]
+
+    async def _score(self, task: Task, text: str, gate: asyncio.Semaphore) -> float | None:
+        from factory.rollouts import execute_tool, workspace_spec
+        from factory.rollouts.models import parse_text_tool_calls
+        from factory.rollouts.sandbox import create_sandbox
+        from factory.verifiers import BranchOutput
+
+        criteria = [c for c in self.pipeline.criteria(task) if c.verify_method != "judge"]
+        if not criteria:
+            self.counts["unscored"] += 1
+            return None
+        prose, calls = parse_text_tool_calls(text, known_tools=self._tool_names)
+        message = {"role": "assistant", "content": prose,
+                   "tool_calls": [call.as_message_part() for call in calls] or None}
+        submitted = None
+        async with gate:
+            needs_sandbox = bool(calls) or self.pipeline.needs_sandbox(task)
+            if needs_sandbox:
+                async with create_sandbox(self.sandbox, workspace_spec(task, None)) as box:
+                    for call in calls:
+                        outcome = await execute_tool(call, box, self.tool_timeout_s)
+                        self.counts["tool_calls"] += 1
+                        if outcome.submitted is not None:
+                            submitted = outcome.submitted
+                            break  # submit ends a branch
+                    output = BranchOutput(submitted if submitted is not None else prose, [message], "ok")
+                    verdicts = await self.pipeline.verify(task, output, box)
+            else:
+                verdicts = await self.pipeline.verify(task, BranchOutput(prose, [message], "ok"), None)
+        objective = [v for v in verdicts if v.verifier != "judge"]
+        if not objective:
+            self.counts["unscored"] += 1
+            return None
+        self.counts["scored"] += 1
+        self.counts["objective_passes"] += all(v.ok for v in objective)
+        for verdict in objective:
+            self.counts[f"{verdict.verifier}_passes"] += verdict.ok
+            self.counts[f"{verdict.verifier}_errors"] += verdict.status == "error"
+        return sum(v.score for v in objective) / len(objective)
+
+    async def _score_all(self, texts: list[str], specs: list[str]) -> list[float | None]:
+        gate = asyncio.Semaphore(self.concurrency)
+        return list(await asyncio.gather(*(self._score(self._task(spec), text, gate)
+                                           for text, spec in zip(texts, specs))))
+
+    def __call__(self, prompts: list[Any], completions: list[Any], task_spec: list[str] | None = None,
+                 **kwargs: Any) -> list[float | None]:
+        """Score each completion against its row's task (``task_spec``, a column of the GRPO export)."""
+        if task_spec is None:
+            raise ConfigError("the GRPO data has no 'task_spec' column: export it with `factory export grpo`")
+        if len(task_spec) != len(completions):
+            raise ConfigError(f"{len(completions)} completions but {len(task_spec)} task specs")
+        return _run_coroutine(self._score_all([completion_text(c) for c in completions], list(task_spec)))

@@ -1,0 +1,228 @@
+"""The shape every trainer shares: data -> policy (+ LoRA) -> TRL trainer -> train -> saved model and result.
+
+A trainer module supplies only what differs: which export formats it reads
+and how to build its TRL trainer. :func:`run_training` does the rest: loads
+and checks the data, loads the policy (a folder, a hub id, or a GGUF file
+dequantized for training), wraps it with LoRA when asked, trains with TRL's
+own progress bar, writes the adapter and the merged checkpoint, and records
+a :class:`TrainResult` (``output_dir/train_result.json``, and ``loss.png``
+where matplotlib is installed) with what the model depends on.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from factory.errors import ConfigError
+from factory.trainers._data import TrainingData, load_training_data
+
+if TYPE_CHECKING:
+    from factory.trainers._models import PolicySource
+
+__all__ = ["RESULT_FILE", "TrainResult", "run_training"]
+
+RESULT_FILE = "train_result.json"
+
+
+@dataclass
+class TrainResult:
+    """What a training run produced and what it depends on.
+
+    Attributes:
+        trainer: The trainer's name (``dpo``, ``kto``, ``sft``, ``reward``, ``grpo``).
+        output_dir: Where everything was written.
+        model_dir: The full checkpoint (merged, with LoRA) that ``factory fork --model hf:DIR`` loads.
+        adapter_dir: The LoRA adapter, when one was trained.
+        metrics: Final figures: steps, train loss, first and last logged loss, runtime, steps/s, peak memory.
+        log_history: Every log entry TRL wrote (loss, rewards, learning rate... per logging step).
+        provenance: Data (file hash, dataset hash, runs), policy (spec, GGUF sha256), config, seed, versions.
+        warnings: What the user should know about the data.
+        plot_path: ``loss.png``, when matplotlib is installed.
+    """
+
+    trainer: str
+    output_dir: Path
+    model_dir: Path
+    adapter_dir: Path | None
+    metrics: dict[str, Any]
+    log_history: list[dict[str, Any]]
+    provenance: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+    plot_path: Path | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (``train_result.json``, ``--json`` output)."""
+        return {"trainer": self.trainer, "output_dir": str(self.output_dir), "model_dir": str(self.model_dir),
+                "adapter_dir": str(self.adapter_dir) if self.adapter_dir else None, "metrics": self.metrics,
+                "warnings": self.warnings, "plot_path": str(self.plot_path) if self.plot_path else None,
+                "provenance": self.provenance, "log_history": self.log_history}
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return str(value)
+
+
+def _peak_rss_mb() -> float | None:
+    try:
+        import resource
+    except ImportError:  # not on Windows
+        return None
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kilobytes on Linux
+
+
+def _last_checkpoint(output_dir: Path) -> str | None:
+    from transformers.trainer_utils import get_last_checkpoint
+
+    return get_last_checkpoint(str(output_dir)) if output_dir.is_dir() else None
+
+
+def _versions() -> dict[str, str | None]:
+    from importlib import metadata
+
+    found: dict[str, str | None] = {}
+    for name in ("factory-rlaif", "torch", "transformers", "trl", "peft", "accelerate", "datasets"):
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def _plot_losses(history: list[dict[str, Any]], path: Path, title: str) -> Path | None:
+    """loss (and reward, where logged) against step; None without matplotlib or without logged losses."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    points = [(entry["step"], entry["loss"]) for entry in history if "loss" in entry and "step" in entry]
+    rewards = [(entry["step"], entry["reward"]) for entry in history if "reward" in entry and "step" in entry]
+    if not points:
+        return None
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    ax.plot(*zip(*points), marker="o" if len(points) < 30 else None, label="loss")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("training loss")
+    if rewards:
+        twin = ax.twinx()
+        twin.plot(*zip(*rewards), color="tab:green", label="reward")
+        twin.set_ylabel("mean reward")
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _summary(history: list[dict[str, Any]], train_metrics: dict[str, Any], steps: int, seconds: float) -> dict:
+    losses = [entry["loss"] for entry in history if "loss" in entry]
+    metrics = {
+        "steps": steps,
+        "train_loss": train_metrics.get("train_loss"),
+        "first_loss": losses[0] if losses else None,
+        "last_loss": losses[-1] if losses else None,
+        "loss_moved": bool(losses) and len(losses) > 1 and losses[0] != losses[-1],
+        "train_seconds": round(seconds, 3),
+        "steps_per_second": round(steps / seconds, 4) if seconds > 0 else None,
+        "samples_per_second": train_metrics.get("train_samples_per_second"),
+        "peak_rss_mb": _peak_rss_mb(),
+    }
+    import torch
+
+    if torch.cuda.is_available():
+        metrics["peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 2**20
+    rewards = [entry["reward"] for entry in history if "reward" in entry]
+    if rewards:
+        metrics.update(first_reward=rewards[0], last_reward=rewards[-1])
+    return metrics
+
+
+BuildTrainer = Callable[[Any, Any, Any, TrainingData], Any]
+
+
+def run_training(name: str, config: Any, formats: str | tuple[str, ...], build_trainer: BuildTrainer, *,
+                 load_model: Callable[[PolicySource], tuple[Any, Any]] | None = None,
+                 wrap_lora: Callable[[Any], Any] | None = None, data: TrainingData | None = None,
+                 extra_metrics: dict[str, Any] | Callable[[], dict[str, Any]] | None = None) -> TrainResult:
+    """Train with TRL on an export file and save what came out.
+
+    Args:
+        name: The trainer's name, for the result.
+        config: The trainer's ``XConfig`` (a TRL config with :class:`TrainerSettings`).
+        formats: The export format(s) this trainer reads.
+        build_trainer: ``(config, model, tokenizer, data) -> trainer``; the model is already LoRA-wrapped if asked.
+        load_model: Loads the policy from its source (default: a causal LM and its tokenizer).
+        wrap_lora: Puts a LoRA adapter on the loaded model (default: a causal LM's).
+        data: Data already loaded (a trainer that had to look at it first); else loaded from ``config.data_file``.
+        extra_metrics: Figures the trainer adds to the result's metrics (or a function read after training).
+
+    Raises:
+        ConfigError: No data file, unusable data or model.
+        ExportValidationError: Rows that break their format.
+    """
+    from factory.trainers._models import apply_lora, load_policy, resolve_policy, save_policy
+
+    if data is None:
+        if not config.data_file:
+            raise ConfigError("no training data: give --data FILE (an export from `factory export`)")
+        data = load_training_data(config.data_file, formats)
+    output_dir = Path(config.output_dir)
+    resume_from = None
+    if config.resume:
+        resume_from = _last_checkpoint(output_dir)
+        if resume_from is None:
+            raise ConfigError(f"--resume: no checkpoint-N folder in {output_dir} (checkpoints need --save-steps)")
+    source = resolve_policy(config.model_name_or_path)
+    model, tokenizer = (load_model or load_policy)(source)
+    if config.use_lora:
+        model = wrap_lora(model) if wrap_lora else apply_lora(
+            model, r=config.lora_r, alpha=config.lora_alpha, dropout=config.lora_dropout,
+            target_modules=config.lora_target_modules)
+    trainer = build_trainer(config, model, tokenizer, data)
+    started = time.perf_counter()
+    output = trainer.train(resume_from_checkpoint=resume_from)
+    seconds = time.perf_counter() - started
+    paths = {"model": str(output_dir / "model"), "adapter": str(output_dir / "adapter") if config.use_lora else None}
+    if trainer.is_world_process_zero():  # under accelerate every process holds the model; one writes it
+        paths = save_policy(trainer.model, getattr(trainer, "processing_class", None) or tokenizer, output_dir,
+                            merge=config.merge_adapter)
+    history = _json_safe(list(trainer.state.log_history))
+    metrics = _json_safe({**_summary(history, dict(output.metrics), int(trainer.state.global_step), seconds),
+                          **((extra_metrics() if callable(extra_metrics) else extra_metrics) or {})})
+    provenance = {
+        "data": data.provenance(),
+        "policy": source.to_dict(),
+        "seed": config.seed,
+        "config": _json_safe({**config.factory_settings(), **{k: getattr(config, k) for k in (
+            "learning_rate", "max_steps", "num_train_epochs", "per_device_train_batch_size",
+            "gradient_accumulation_steps", "use_cpu", "bf16", "gradient_checkpointing", "seed")}}),
+        "trl_config": _json_safe(config.to_dict()),
+        "resumed_from": resume_from,
+        "world_size": int(os.environ.get("WORLD_SIZE", "1")),
+        "versions": _versions(),
+    }
+    result = TrainResult(name, output_dir, Path(paths["model"]), Path(paths["adapter"]) if paths.get("adapter")
+                         else None, metrics, history, provenance, list(data.warnings))
+    if trainer.is_world_process_zero():
+        result.plot_path = _plot_losses(history, output_dir / "loss.png", f"factory train {name}: {data.path.name}")
+        tmp = output_dir / f".{RESULT_FILE}.tmp"
+        tmp.write_text(json.dumps(result.to_dict(), indent=2) + "\n", encoding="utf-8")
+        tmp.replace(output_dir / RESULT_FILE)
+    return result
