@@ -80,3 +80,13 @@ def exported_run(tmp_path_factory) -> Path:
     from tests._runs import build_exported_run
 
     return build_exported_run(tmp_path_factory.mktemp("export-run"))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``slow`` (minutes on the embedded model) run only when asked for: ``pytest -m slow``."""
+    if "slow" in (config.getoption("markexpr") or ""):
+        return
+    skip = pytest.mark.skip(reason="slow: opt in with -m slow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)

@@ -13,7 +13,7 @@ from factory.trainers._config import TrainerSettings, device_defaults
 from factory.trainers._data import TrainingData, load_training_data
 from factory.trainers._registry import TrainerEntry, load_trainer, register_trainer, trainer_entry, trainer_names
 from factory.trainers._rewards import VerifierReward, completion_text
-from factory.trainers._run import RESULT_FILE, TrainResult, run_training
+from factory.trainers._run import RESULT_FILE, TrainResult, frozen_reference, run_training
 from factory.trainers._tiny import CHAT_TEMPLATE, build_tiny_model
 
 # Names whose modules import TRL (and the policy loader's), resolved on first use (PEP 562).
@@ -26,7 +26,7 @@ _LAZY = {
     "GRPOConfig": "_grpo", "train_grpo": "_grpo",
     # light, but resolved on use as well
     "PolicySource": "_models", "apply_lora": "_models", "load_policy": "_models", "resolve_policy": "_models",
-    "save_policy": "_models",
+    "save_policy": "_models", "is_peft_model": "_models",
 }
 
 __all__ = [
@@ -48,6 +48,8 @@ __all__ = [
     "build_tiny_model",
     "completion_text",
     "device_defaults",
+    "frozen_reference",
+    "is_peft_model",
     "kto_class_weights",
     "load_policy",
     "load_reward_model",

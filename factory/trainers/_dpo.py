@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import trl
 
 from factory.trainers._config import TrainerSettings
-from factory.trainers._run import TrainResult, run_training
+from factory.trainers._run import TrainResult, frozen_reference, run_training
 
 __all__ = ["DPOConfig", "train_dpo"]
 
@@ -21,7 +21,8 @@ class DPOConfig(TrainerSettings, trl.DPOConfig):
 
 
 def _build(config: DPOConfig, model, tokenizer, data) -> trl.DPOTrainer:
-    return trl.DPOTrainer(model=model, args=config, train_dataset=data.dataset, processing_class=tokenizer)
+    return trl.DPOTrainer(model=model, ref_model=frozen_reference(model), args=config, train_dataset=data.dataset,
+                          processing_class=tokenizer)
 
 
 def train_dpo(config: DPOConfig) -> TrainResult:

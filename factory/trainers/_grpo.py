@@ -10,11 +10,14 @@ that made the data.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import trl
 
+from factory.errors import ConfigError
 from factory.trainers._config import TrainerSettings
 from factory.trainers._data import TrainingData
+from factory.trainers._models import is_peft_model
 from factory.trainers._rewards import VerifierReward
 from factory.trainers._run import TrainResult, run_training
 
@@ -43,6 +46,11 @@ def train_grpo(config: GRPOConfig) -> TrainResult:
     reward = VerifierReward(config.sandbox, verifiers=config.reward_verifiers, concurrency=config.reward_concurrency)
 
     def build(config: GRPOConfig, model, tokenizer, data: TrainingData) -> trl.GRPOTrainer:
+        source = Path(getattr(model.config, "_name_or_path", "") or ".")
+        if config.beta != 0.0 and not is_peft_model(model) and not (source / "config.json").is_file():
+            # TRL reloads the KL reference from the policy's folder, and a GGUF's folder holds no config.json
+            raise ConfigError(f"GRPO with beta={config.beta} on {config.model_name_or_path}: use --lora "
+                              "(the reference is the policy without its adapter) or --set beta=0")
         return trl.GRPOTrainer(model=model, reward_funcs=[reward], args=config, train_dataset=data.dataset,
                                processing_class=tokenizer)
 

@@ -14,7 +14,7 @@ import trl
 
 from factory.trainers._config import TrainerSettings
 from factory.trainers._data import TrainingData
-from factory.trainers._run import TrainResult, run_training
+from factory.trainers._run import TrainResult, frozen_reference, run_training
 
 __all__ = ["KTOConfig", "kto_class_weights", "train_kto"]
 
@@ -60,7 +60,8 @@ def _build(config: KTOConfig, model, tokenizer, data: TrainingData) -> trl.KTOTr
     if desirable is None or undesirable is None:
         data.warnings.append(f"KTO class weights from the {origin}: desirable_weight={config.desirable_weight}, "
                              f"undesirable_weight={config.undesirable_weight}")
-    return trl.KTOTrainer(model=model, args=config, train_dataset=data.dataset, processing_class=tokenizer)
+    return trl.KTOTrainer(model=model, ref_model=frozen_reference(model), args=config, train_dataset=data.dataset,
+                          processing_class=tokenizer)
 
 
 def train_kto(config: KTOConfig) -> TrainResult:

@@ -30,7 +30,7 @@ from typing import Any
 
 from factory.errors import ConfigError
 
-__all__ = ["PolicySource", "apply_lora", "load_policy", "resolve_policy", "save_policy"]
+__all__ = ["PolicySource", "apply_lora", "is_peft_model", "load_policy", "resolve_policy", "save_policy"]
 
 TRAIN_INSTALL = "pip install 'factory-rlaif[train]'"
 
@@ -122,7 +122,7 @@ def resolve_policy(spec: str) -> PolicySource:
         return PolicySource(spec=spec, kind="folder", path=str(path.resolve()))
     if path.exists():
         raise ConfigError(f"policy {spec!r}: {path} is neither a model folder nor a .gguf file")
-    if _HUB_ID.fullmatch(name) and not name.startswith((".", "~")):
+    if _HUB_ID.fullmatch(name):
         return PolicySource(spec=spec, kind="hub", path=name)
     raise ConfigError(f"policy {spec!r}: no such folder or file {path} (and not a hub id of the form owner/name)")
 
@@ -303,7 +303,7 @@ def apply_lora(model: Any, *, r: int = 16, alpha: int = 32, dropout: float = 0.0
         raise ConfigError(f"LoRA target_modules {target_modules!r}: {exc}") from exc
 
 
-def _is_peft_model(model: Any) -> bool:
+def is_peft_model(model: Any) -> bool:
     try:
         from peft import PeftModel
     except ImportError:
@@ -348,7 +348,7 @@ def save_policy(model: Any, tokenizer: Any, output_dir: Path, *, merge: bool = T
     """
     output_dir = Path(output_dir)
     paths: dict[str, str] = {}
-    if _is_peft_model(model):
+    if is_peft_model(model):
         adapter_dir = output_dir / "adapter"
         model.save_pretrained(adapter_dir)
         if tokenizer is not None:

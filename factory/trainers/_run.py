@@ -26,7 +26,7 @@ from factory.trainers._data import TrainingData, load_training_data
 if TYPE_CHECKING:
     from factory.trainers._models import PolicySource
 
-__all__ = ["RESULT_FILE", "TrainResult", "run_training"]
+__all__ = ["RESULT_FILE", "TrainResult", "frozen_reference", "run_training"]
 
 RESULT_FILE = "train_result.json"
 
@@ -38,7 +38,8 @@ class TrainResult:
     Attributes:
         trainer: The trainer's name (``dpo``, ``kto``, ``sft``, ``reward``, ``grpo``).
         output_dir: Where everything was written.
-        model_dir: The full checkpoint (merged, with LoRA) that ``factory fork --model hf:DIR`` loads.
+        model_dir: The full checkpoint (merged, with LoRA) that ``factory fork --model hf:DIR`` loads; None for an
+            adapter saved without merging.
         adapter_dir: The LoRA adapter, when one was trained.
         metrics: Final figures: steps, train loss, first and last logged loss, runtime, steps/s, peak memory.
         log_history: Every log entry TRL wrote (loss, rewards, learning rate... per logging step).
@@ -49,7 +50,7 @@ class TrainResult:
 
     trainer: str
     output_dir: Path
-    model_dir: Path
+    model_dir: Path | None
     adapter_dir: Path | None
     metrics: dict[str, Any]
     log_history: list[dict[str, Any]]
@@ -59,7 +60,8 @@ class TrainResult:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (``train_result.json``, ``--json`` output)."""
-        return {"trainer": self.trainer, "output_dir": str(self.output_dir), "model_dir": str(self.model_dir),
+        return {"trainer": self.trainer, "output_dir": str(self.output_dir),
+                "model_dir": str(self.model_dir) if self.model_dir else None,
                 "adapter_dir": str(self.adapter_dir) if self.adapter_dir else None, "metrics": self.metrics,
                 "warnings": self.warnings, "plot_path": str(self.plot_path) if self.plot_path else None,
                 "provenance": self.provenance, "log_history": self.log_history}
@@ -154,6 +156,24 @@ def _summary(history: list[dict[str, Any]], train_metrics: dict[str, Any], steps
     return metrics
 
 
+def frozen_reference(model: Any) -> Any | None:
+    """The reference model for DPO / KTO: None under LoRA (TRL switches the adapter off), else a frozen copy.
+
+    TRL would otherwise reload the reference from ``config._name_or_path``, which fails for a policy loaded
+    from a GGUF file (its folder holds no ``config.json``) and reads the disk again for the others.
+    """
+    import copy
+
+    from factory.trainers._models import is_peft_model
+
+    if is_peft_model(model):
+        return None
+    reference = copy.deepcopy(model)
+    reference.eval()
+    reference.requires_grad_(False)
+    return reference
+
+
 BuildTrainer = Callable[[Any, Any, Any, TrainingData], Any]
 
 
@@ -199,7 +219,9 @@ def run_training(name: str, config: Any, formats: str | tuple[str, ...], build_t
     started = time.perf_counter()
     output = trainer.train(resume_from_checkpoint=resume_from)
     seconds = time.perf_counter() - started
-    paths = {"model": str(output_dir / "model"), "adapter": str(output_dir / "adapter") if config.use_lora else None}
+    paths = {"adapter": str(output_dir / "adapter")} if config.use_lora else {}
+    if not config.use_lora or config.merge_adapter:
+        paths["model"] = str(output_dir / "model")
     if trainer.is_world_process_zero():  # under accelerate every process holds the model; one writes it
         paths = save_policy(trainer.model, getattr(trainer, "processing_class", None) or tokenizer, output_dir,
                             merge=config.merge_adapter)
@@ -218,8 +240,9 @@ def run_training(name: str, config: Any, formats: str | tuple[str, ...], build_t
         "world_size": int(os.environ.get("WORLD_SIZE", "1")),
         "versions": _versions(),
     }
-    result = TrainResult(name, output_dir, Path(paths["model"]), Path(paths["adapter"]) if paths.get("adapter")
-                         else None, metrics, history, provenance, list(data.warnings))
+    result = TrainResult(name, output_dir, Path(paths["model"]) if paths.get("model") else None,
+                         Path(paths["adapter"]) if paths.get("adapter") else None, metrics, history, provenance,
+                         list(data.warnings))
     if trainer.is_world_process_zero():
         result.plot_path = _plot_losses(history, output_dir / "loss.png", f"factory train {name}: {data.path.name}")
         tmp = output_dir / f".{RESULT_FILE}.tmp"

@@ -1,0 +1,473 @@
+"""DPO training overhead: ``factory train dpo`` against a plain TRL ``DPOTrainer`` script, in one run.
+
+Goal (issue): on the same data and tiny model, ``factory train dpo`` has at
+most 5% overhead against a plain TRL script, in training steps/s and in peak
+memory (RSS), both measured in the same run.
+
+1. ``setup`` (untimed): a tiny random Llama (``factory.trainers.build_tiny_model``,
+   ``--hidden`` x ``--layers``, large enough that a step costs tens of ms so
+   fixed per-step costs show fairly), and a DPO file of ``--pairs`` rows in the
+   exporter's conversational format (``prompt``: system + user messages,
+   ``chosen`` / ``rejected``: one assistant message each, every message with the
+   exporter's null ``name`` / ``tool_call_id`` / ``tool_calls`` keys, plus
+   ``tools``, ``margin`` and provenance columns as in
+   ``tests/export/golden/dpo.jsonl``) of seeded, lognormally varied lengths,
+   checked with ``factory export validate FILE --format dpo``. No manifest is
+   written (``factory train`` warns and goes on); both sides read the same file.
+
+2. ``factory``: ``factory train dpo --data FILE --model DIR --output OUT
+   --max-steps N --batch-size B --lr LR --max-length L --seed S --set
+   disable_tqdm=true --json`` in a fresh process: loads and validates the data,
+   loads the policy, trains, saves ``OUT/model``, ``train_result.json`` and
+   ``loss.png``.
+
+3. ``baseline``: this file run again as a plain script (``--baseline-child``,
+   which imports nothing from ``factory``): ``AutoTokenizer`` and
+   ``AutoModelForCausalLM.from_pretrained``, ``datasets.load_dataset("json")``
+   (a fresh cache folder per run, as ours uses), ``trl.DPOConfig`` with the
+   same settings our CLI applies on a CPU (``use_cpu``, no bf16, no activation
+   checkpointing, ``logging_steps=1``, ``save_strategy="no"``,
+   ``report_to="none"``, ``disable_tqdm``) and the same steps, batch size,
+   learning rate, max length and seed, ``trl.DPOTrainer(...).train()``, then
+   ``trainer.save_model(OUT)``.
+
+Both sides run with the same environment (``OMP_NUM_THREADS`` / ``MKL_NUM_THREADS``
+= ``--threads``, which torch honours; ``HF_HOME`` in the work folder; offline),
+alternating ABBA over ``--repeats`` rounds after one untimed warm-up pair (it
+fills the page cache with torch and friends). For each run the parent takes,
+the same way for both sides:
+
+- steps/s as the trainer reports it: ``global_step / train_runtime`` (TRL's
+  timer around its training loop; ours read from ``train_result.json``'s log,
+  the baseline's from ``train().metrics``); also the wall time of the whole
+  ``trainer.train()`` call (ours: ``metrics.train_seconds``);
+- wall seconds of the whole process, from spawn to exit;
+- peak RSS of the process, ``ru_maxrss`` from ``os.wait4`` (ours also reports
+  its own, read in-process after saving: printed as a check).
+
+Medians are reported, with ratios factory / baseline. The effective TRL
+configs of the two sides are compared key by key (paths aside) so that a
+setting that differs is printed, not silently measured.
+
+``--profile`` adds one run of each side under ``cProfile`` (untimed against
+the goal) and prints where the seconds outside the training loop go, phase
+by phase, to find the overhead when there is some.
+
+The machine may be shared: other processes slow both sides, and the load
+average at start and end is printed.
+
+Usage: python bench/bench_train.py [--steps 40] [--repeats 3] [--pairs 400] [--hidden 128] [--layers 2]
+       [--batch-size 2] [--max-length 256] [--lr 5e-6] [--threads 2] [--seed 0] [--workdir DIR] [--profile]
+       [--quick] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+GOAL = 0.05  # at most 5% overhead
+WORDS = ["sort", "parse", "list", "string", "file", "number", "date", "csv", "json", "http", "count", "sum", "reverse",
+         "merge", "split", "filter", "map", "tree", "graph", "path", "queue", "stack", "cache", "retry", "timeout",
+         "error", "log", "config", "table", "row", "column", "index", "key", "value", "token", "batch", "stream",
+         "socket", "thread", "lock", "async", "test", "mock", "fixture", "the", "a", "of", "and", "then", "so",
+         "because", "we", "it", "is", "returns", "first", "next", "carry", "one", "two", "seven", "twelve."]
+# Config keys that name places or are filled in per run, not settings that change the work.
+PATH_KEYS = {"output_dir", "logging_dir", "data_file", "model_name_or_path", "run_name", "hub_model_id"}
+# Functions whose cumulative time the profile prints (substrings of "file:line(name)"), per side, in phase order.
+PHASES = {
+    "factory": [
+        ("import factory.cli", "factory/cli/__init__.py:1(<module>)"),
+        ("load + validate data", "_data.py:", "(load_training_data)"),
+        ("  validate_file", "(validate_file)"),
+        ("  datasets.load_dataset", "load.py:", "(load_dataset)"),
+        ("load policy", "_models.py:", "(load_policy)"),
+        ("  import trl (factory.trainers._dpo)", "_dpo.py:1(<module>)"),
+        ("DPOConfig(...)", "_config.py:", "(__post_init__)"),
+        ("DPOTrainer(...)", "dpo_trainer.py:", "(__init__)"),
+        ("trainer.train()", "trainer.py:", "(train)"),
+        ("save_policy", "_models.py:", "(save_policy)"),
+        ("provenance: _versions", "_run.py:", "(_versions)"),
+        ("loss.png: _plot_losses", "_run.py:", "(_plot_losses)"),
+    ],
+    "baseline": [
+        ("load model + tokenizer", "bench_train.py:", "(_load_policy)"),
+        ("datasets.load_dataset", "load.py:", "(load_dataset)"),
+        ("DPOConfig(...)", "dpo_config.py:", "(__post_init__)"),
+        ("DPOTrainer(...)", "dpo_trainer.py:", "(__init__)"),
+        ("trainer.train()", "trainer.py:", "(train)"),
+        ("trainer.save_model", "trainer.py:", "(save_model)"),
+    ],
+}
+
+
+def loadavg() -> str:
+    try:
+        return " ".join(f"{v:.2f}" for v in os.getloadavg())
+    except OSError:
+        return "?"
+
+
+# ------------------------------------------------------------------ the baseline: a plain TRL script
+
+
+def _load_policy(model_dir: str) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32")
+    return model, tokenizer
+
+
+def baseline_child(args: argparse.Namespace) -> None:
+    """The plain TRL DPO script: load, train, save; one JSON line of figures on stdout."""
+    import dataclasses
+    import resource
+
+    import datasets
+    import trl
+
+    model, tokenizer = _load_policy(args.model)
+    out = Path(args.output)
+    dataset = datasets.load_dataset("json", data_files=args.data, split="train", cache_dir=str(out / "hf-cache"))
+    checkpointing = ({"activation_checkpointing": False}
+                     if "activation_checkpointing" in {f.name for f in dataclasses.fields(trl.DPOConfig)}
+                     else {"gradient_checkpointing": False})
+    config = trl.DPOConfig(
+        output_dir=str(out), max_steps=args.steps, per_device_train_batch_size=args.batch_size,
+        learning_rate=args.lr, max_length=args.max_length, seed=args.seed, use_cpu=True, bf16=False,
+        logging_steps=1, save_strategy="no", report_to="none", disable_tqdm=True, **checkpointing)
+    trainer = trl.DPOTrainer(model=model, args=config, train_dataset=dataset, processing_class=tokenizer)
+    started = time.perf_counter()
+    output = trainer.train()
+    train_seconds = time.perf_counter() - started
+    trainer.save_model(str(out / "model"))
+    print(json.dumps({
+        "steps": int(trainer.state.global_step), "train_runtime": output.metrics["train_runtime"],
+        "train_seconds": train_seconds, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "train_loss": output.metrics.get("train_loss"), "trl_config": config.to_dict()}, default=str))
+
+
+# ------------------------------------------------------------------ setup
+
+
+def words(rng: random.Random, chars: int) -> str:
+    text, n = [], 0
+    while n < chars:
+        word = rng.choice(WORDS)
+        text.append(word)
+        n += len(word) + 1
+    return " ".join(text)
+
+
+def lognormal_chars(rng: random.Random, median: float, low: int, high: int) -> int:
+    return int(min(high, max(low, rng.lognormvariate(math.log(median), 0.6))))
+
+
+def message(role: str, content: str) -> dict[str, Any]:
+    return {"role": role, "content": content, "name": None, "tool_call_id": None, "tool_calls": None}
+
+
+def write_dpo_file(path: Path, pairs: int, seed: int) -> dict[str, float]:
+    """``pairs`` DPO rows in the exporter's conversational shape; returns length statistics (characters)."""
+    from factory.rollouts._agent import ANSWER_SYSTEM_PROMPT
+
+    rng = random.Random(seed)
+    lengths = []
+    with path.open("w", encoding="utf-8") as handle:
+        for i in range(pairs):
+            answer = rng.randint(0, 999)
+            user = f"{words(rng, lognormal_chars(rng, 160, 20, 900))}? Reply as `Final: <n>`."
+            good = f"{words(rng, lognormal_chars(rng, 200, 10, 1200))}\nFinal: {answer}"
+            bad = f"{words(rng, lognormal_chars(rng, 200, 10, 1200))}\nFinal: {answer + 1 + i % 7}"
+            row = {
+                "prompt": [message("system", ANSWER_SYSTEM_PROMPT), message("user", user)],
+                "chosen": [message("assistant", good)], "rejected": [message("assistant", bad)],
+                "tools": None, "margin": 1.0, "run_id": "bench-train", "task_id": f"task-{i // 4:05d}",
+                "chosen_branch": 0, "rejected_branch": 1 + i % 3, "chosen_score": 1.0, "rejected_score": 0.0,
+                "chosen_reward": 1.0, "rejected_reward": 0.0, "chosen_strength": 1.0, "rejected_strength": -1.0,
+                "verifier_versions": ["answer@1"],
+            }
+            handle.write(json.dumps(row, separators=(",", ":")) + "\n")
+            lengths.append(len(ANSWER_SYSTEM_PROMPT) + len(user) + max(len(good), len(bad)))
+    lengths.sort()
+    return {"median": lengths[len(lengths) // 2], "p90": lengths[int(len(lengths) * 0.9)], "max": lengths[-1]}
+
+
+def token_lengths(model_dir: Path, data: Path, max_length: int) -> dict[str, float]:
+    """Prompt + longer completion tokens per row, as the chat template renders them (how many get truncated)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    counts = []
+    for line in data.read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        counts.append(max(len(tokenizer.apply_chat_template(row["prompt"] + row[side], tokenize=True,
+                                                            return_dict=True)["input_ids"])
+                          for side in ("chosen", "rejected")))
+    counts.sort()
+    return {"median": counts[len(counts) // 2], "p90": counts[int(len(counts) * 0.9)], "max": counts[-1],
+            "truncated": sum(c > max_length for c in counts) / len(counts)}
+
+
+# ------------------------------------------------------------------ running one side
+
+
+def child_env(args: argparse.Namespace, work: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads), HF_HOME=str(work / "hf-home"),
+               HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONWARNINGS="ignore")
+    return env
+
+
+def factory_command(args: argparse.Namespace, data: Path, model: Path, out: Path) -> list[str]:
+    return ["-m", "factory.cli", "train", "dpo", "--data", str(data), "--model", str(model), "--output", str(out),
+            "--max-steps", str(args.steps), "--batch-size", str(args.batch_size), "--lr", str(args.lr),
+            "--max-length", str(args.max_length), "--seed", str(args.seed), "--set", "disable_tqdm=true", "--json"]
+
+
+def baseline_command(args: argparse.Namespace, data: Path, model: Path, out: Path) -> list[str]:
+    return [str(Path(__file__).resolve()), "--baseline-child", "--data", str(data), "--model", str(model),
+            "--output", str(out), "--steps", str(args.steps), "--batch-size", str(args.batch_size),
+            "--lr", str(args.lr), "--max-length", str(args.max_length), "--seed", str(args.seed)]
+
+
+def spawn(argv: list[str], env: dict[str, str], log: Path) -> tuple[str, float, float, float]:
+    """Run ``python ARGV``; (stdout, wall seconds, peak RSS MiB, CPU seconds) of that process alone."""
+    started = time.perf_counter()
+    with log.open("w") as err:
+        proc = subprocess.Popen([sys.executable, *argv], stdout=subprocess.PIPE, stderr=err, env=env, text=True)
+        stdout = proc.stdout.read() if proc.stdout else ""
+        _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - started
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        tail = log.read_text(errors="replace")[-3000:]
+        raise SystemExit(f"{' '.join(argv[:4])} ... exited {proc.returncode}; its stderr ends:\n{tail}")
+    return stdout, wall, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
+
+
+def run_side(side: str, args: argparse.Namespace, data: Path, model: Path, work: Path, tag: str) -> dict[str, Any]:
+    out = work / f"{side}-{tag}"
+    argv = (factory_command if side == "factory" else baseline_command)(args, data, model, out)
+    stdout, wall, rss, cpu = spawn(argv, child_env(args, work), work / f"{side}-{tag}.log")
+    if side == "factory":
+        summary = json.loads(stdout)
+        result = json.loads((out / "train_result.json").read_text())
+        end = next(e for e in reversed(result["log_history"]) if "train_runtime" in e)
+        figures = {"steps": summary["metrics"]["steps"], "train_runtime": end["train_runtime"],
+                   "train_seconds": summary["metrics"]["train_seconds"],
+                   "own_peak_rss_mb": summary["metrics"]["peak_rss_mb"], "train_loss": summary["metrics"]["train_loss"],
+                   "trl_config": result["provenance"]["trl_config"]}
+    else:
+        child = json.loads(stdout.strip().splitlines()[-1])
+        figures = {**child, "own_peak_rss_mb": child.pop("peak_rss_mb")}
+    if figures["steps"] != args.steps:
+        raise SystemExit(f"{side}: trained {figures['steps']} step(s), not {args.steps}")
+    figures.update(side=side, wall=wall, peak_rss_mb=rss, cpu_seconds=cpu,
+                   steps_per_second=figures["steps"] / figures["train_runtime"])
+    return figures
+
+
+def config_differences(ours: dict[str, Any], theirs: dict[str, Any]) -> list[str]:
+    diffs = []
+    for key in sorted(set(ours) | set(theirs)):
+        if key in PATH_KEYS or key.startswith(("lora_", "merge_adapter", "resume", "use_lora")):
+            continue
+        a, b = ours.get(key, "<absent>"), theirs.get(key, "<absent>")
+        if json.dumps(a, default=str, sort_keys=True) != json.dumps(b, default=str, sort_keys=True):
+            diffs.append(f"{key}: factory {a!r} vs baseline {b!r}")
+    return diffs
+
+
+# ------------------------------------------------------------------ profile
+
+
+def profile_side(side: str, args: argparse.Namespace, data: Path, model: Path, work: Path) -> dict[str, float]:
+    """One run of ``side`` under cProfile; cumulative seconds of each phase in :data:`PHASES`."""
+    import pstats
+
+    out, prof = work / f"{side}-profile", work / f"{side}.prof"
+    argv = (factory_command if side == "factory" else baseline_command)(args, data, model, out)
+    _, wall, _, _ = spawn(["-m", "cProfile", "-o", str(prof), *argv], child_env(args, work),
+                          work / f"{side}-profile.log")
+    stats = pstats.Stats(str(prof)).stats  # type: ignore[attr-defined]
+    found: dict[str, float] = {"process wall (profiled)": wall}
+    for label, *parts in PHASES[side]:
+        found[label] = max((cumulative for (file, line, name), (_, _, _, cumulative, _) in stats.items()
+                            if all(p in f"{file}:{line}({name})" for p in parts)), default=0.0)
+    return found
+
+
+# ------------------------------------------------------------------ main
+
+
+def median(runs: list[dict[str, Any]], key: str) -> float:
+    return statistics.median(r[key] for r in runs)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=40, help="optimizer steps per run (both sides)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs of each side (alternating; medians)")
+    parser.add_argument("--pairs", type=int, default=400, help="DPO pairs in the data file")
+    parser.add_argument("--hidden", type=int, default=128, help="tiny model's hidden size (multiple of 16)")
+    parser.add_argument("--layers", type=int, default=2, help="tiny model's transformer layers")
+    parser.add_argument("--batch-size", type=int, default=2, help="per_device_train_batch_size")
+    parser.add_argument("--max-length", type=int, default=256, help="tokens per row (DPOConfig.max_length)")
+    parser.add_argument("--lr", type=float, default=5e-6, help="learning rate")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads of each child (OMP_NUM_THREADS)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workdir", default=None, help="where the model, data and outputs go (default: a temp dir)")
+    parser.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up pair")
+    parser.add_argument("--profile", action="store_true", help="also profile one run of each side (cProfile)")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 8 steps, 1 repeat, no warm-up")
+    parser.add_argument("--json", action="store_true", help="print the figures as one JSON document at the end")
+    # The baseline child (this file as a plain TRL script):
+    parser.add_argument("--baseline-child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--data", help=argparse.SUPPRESS)
+    parser.add_argument("--model", help=argparse.SUPPRESS)
+    parser.add_argument("--output", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.baseline_child:
+        baseline_child(args)
+        return
+    if args.quick:
+        args.steps, args.repeats, args.no_warmup = 8, 1, True
+
+    # With --json, stdout is one JSON document: the running commentary and the table go to stderr.
+    commentary = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
+    with tempfile.TemporaryDirectory(prefix="bench-train-") as tmp, commentary:
+        work = Path(args.workdir or tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        report = bench(args, work)
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+
+
+def bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    from _results import print_table, record  # bench/ is on sys.path
+
+    from factory.trainers import build_tiny_model
+
+    started = time.perf_counter()
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load {loadavg()}; "
+          f"{args.threads} torch thread(s) per child", flush=True)
+    model = build_tiny_model(work / "tiny", arch="llama", hidden_size=args.hidden, layers=args.layers,
+                             seed=args.seed)
+    config = json.loads((model / "config.json").read_text())
+    params = sum(math.prod(shape) for shape in _safetensor_shapes(model / "model.safetensors"))
+    data = work / "dpo.jsonl"
+    chars = write_dpo_file(data, args.pairs, args.seed)
+    tokens = token_lengths(model, data, args.max_length)
+    check = subprocess.run([sys.executable, "-m", "factory.cli", "export", "validate", str(data), "--format", "dpo"],
+                           capture_output=True, text=True, env=child_env(args, work))
+    if check.returncode != 0:
+        raise SystemExit(f"factory export validate failed:\n{check.stdout}{check.stderr}")
+    print(f"model: tiny llama, hidden {config['hidden_size']}, {config['num_hidden_layers']} layers, "
+          f"{config['num_attention_heads']} heads ({config['num_key_value_heads']} kv), vocab "
+          f"{config['vocab_size']}, {params / 1e6:.2f}M parameters (float32)")
+    print(f"data: {args.pairs} pairs, prompt + longer completion {chars['median']} chars median "
+          f"({chars['p90']} p90, {chars['max']} max) = {tokens['median']} tokens median ({tokens['p90']} p90, "
+          f"{tokens['max']} max), {tokens['truncated']:.0%} over max_length {args.max_length}; "
+          f"validate: {check.stdout.strip().splitlines()[-1] if check.stdout.strip() else 'ok'}")
+    print(f"train: {args.steps} steps, batch {args.batch_size}, lr {args.lr:g}, max_length {args.max_length}, "
+          f"seed {args.seed}, CPU fp32, no activation checkpointing, logging_steps 1, no tqdm, "
+          f"save_strategy no; {args.repeats} repeat(s), ABBA{'' if args.no_warmup else ' after a warm-up pair'}",
+          flush=True)
+
+    if not args.no_warmup:
+        for side in ("factory", "baseline"):
+            run_side(side, args, data, model, work, "warmup")
+        print(f"  warm-up pair done ({time.perf_counter() - started:.0f} s so far)", flush=True)
+
+    runs: dict[str, list[dict[str, Any]]] = {"factory": [], "baseline": []}
+    for i in range(args.repeats):
+        for side in (("factory", "baseline") if i % 2 == 0 else ("baseline", "factory")):
+            r = run_side(side, args, data, model, work, str(i))
+            runs[side].append(r)
+            print(f"  {i}  {side:<8}  {r['steps_per_second']:6.2f} steps/s (train() {r['train_seconds']:6.2f} s)  "
+                  f"wall {r['wall']:6.2f} s  peak RSS {r['peak_rss_mb']:7.1f} MiB (own figure "
+                  f"{r['own_peak_rss_mb']:.1f})  CPU {r['cpu_seconds']:6.1f} s  loss {r['train_loss']:.4f}",
+                  flush=True)
+
+    diffs = config_differences(runs["factory"][0]["trl_config"], runs["baseline"][0]["trl_config"])
+    print("TRL config: identical apart from paths" if not diffs else
+          "TRL config differences:\n    " + "\n    ".join(diffs))
+
+    ours, base = runs["factory"], runs["baseline"]
+    rows = [
+        ("steps/s (global_step / train_runtime)", "steps_per_second", "{:.2f}"),
+        ("trainer.train() seconds", "train_seconds", "{:.2f} s"),
+        ("process wall seconds", "wall", "{:.2f} s"),
+        ("peak RSS MiB (wait4)", "peak_rss_mb", "{:.1f}"),
+        ("CPU seconds (user + sys)", "cpu_seconds", "{:.1f} s"),
+    ]
+    print(f"\nmedians of {args.repeats}: {'':30} {'factory':>12} {'baseline':>12} {'factory/baseline':>17}")
+    medians: dict[str, dict[str, float]] = {}
+    for label, key, fmt in rows:
+        a, b = median(ours, key), median(base, key)
+        medians[key] = {"factory": a, "baseline": b, "ratio": a / b}
+        print(f"  {label:<42} {fmt.format(a):>12} {fmt.format(b):>12} {a / b:>16.3f}x")
+    speed, memory = medians["steps_per_second"]["ratio"], medians["peak_rss_mb"]["ratio"]
+    speed_ok, memory_ok = speed >= 1 - GOAL, memory <= 1 + GOAL
+    overhead = {"steps_per_second": 1 - speed, "peak_rss_mb": memory - 1, "wall": medians["wall"]["ratio"] - 1}
+    print(f"  overhead: steps/s {overhead['steps_per_second']:+.1%} (goal <= 5%: "
+          f"{'met' if speed_ok else 'MISSED'}), peak RSS {overhead['peak_rss_mb']:+.1%} (goal <= 5%: "
+          f"{'met' if memory_ok else 'MISSED'}), process wall {overhead['wall']:+.1%}", flush=True)
+
+    def fig(key: str, fmt: str) -> tuple[str, str, str]:
+        m = medians[key]
+        return fmt.format(m["factory"]), fmt.format(m["baseline"]), f"{m['ratio']:.3f}x"
+
+    record("train", "dpo steps/s (median)", *fig("steps_per_second", "{:.2f}"), ">= 0.95x", speed_ok)
+    record("train", "dpo peak RSS MiB (median)", *fig("peak_rss_mb", "{:.0f}"), "<= 1.05x", memory_ok)
+    record("train", "dpo process wall (median)", *fig("wall", "{:.1f} s"))
+    record("train", "dpo trainer.train() (median)", *fig("train_seconds", "{:.2f} s"))
+
+    profile: dict[str, dict[str, float]] = {}
+    if args.profile:
+        print("\nprofile (one cProfile run each; cumulative seconds, profiler overhead included):", flush=True)
+        for side in ("factory", "baseline"):
+            profile[side] = profile_side(side, args, data, model, work)
+            for label, seconds in profile[side].items():
+                print(f"  {side:<8} {label:<40} {seconds:7.2f} s")
+
+    print(f"\nload {loadavg()}; total {time.perf_counter() - started:.0f} s")
+    print_table()
+    strip = {"trl_config"}
+    return {
+        "model": {"arch": "llama", "hidden_size": config["hidden_size"], "layers": config["num_hidden_layers"],
+                  "vocab_size": config["vocab_size"], "parameters": params},
+        "data": {"pairs": args.pairs, "chars": chars, "tokens": tokens},
+        "settings": {"steps": args.steps, "batch_size": args.batch_size, "lr": args.lr,
+                     "max_length": args.max_length, "seed": args.seed, "threads": args.threads,
+                     "repeats": args.repeats},
+        "runs": {side: [{k: v for k, v in r.items() if k not in strip} for r in rs] for side, rs in runs.items()},
+        "medians": medians, "overhead": overhead, "config_differences": diffs,
+        "goal": {"max_overhead": GOAL, "steps_per_second_met": speed_ok, "peak_rss_met": memory_ok},
+        "profile": profile,
+    }
+
+
+def _safetensor_shapes(path: Path) -> list[list[int]]:
+    """Tensor shapes from a safetensors header (no torch import in the parent)."""
+    with path.open("rb") as handle:
+        size = int.from_bytes(handle.read(8), "little")
+        header = json.loads(handle.read(size))
+    return [entry["shape"] for name, entry in header.items() if name != "__metadata__"]
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+"""The closed loop a user runs: fork -> verify -> rank -> export -> train -> fork the trained policy -> power.
+
+The fast test drives every step through the CLI on the tiny model (the replay model forks the first run);
+the slow one (``pytest -m slow``) runs the loop on the embedded model: a LoRA DPO step on its own data, then
+a second fork of the trained checkpoint and the power check between the two runs.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("trl", reason="trl (the 'train' extra) is not installed")
+transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+
+from tests._runs import REPLIES, TASKS  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def _quiet_machine(one_torch_thread, tmp_path, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def ok(result) -> str:
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def test_fork_verify_rank_export_train_dpo_then_reload_and_generate(cli, tiny_model, tmp_path, write_jsonl,
+                                                                   replay_file):
+    tasks = write_jsonl([task.model_dump(mode="json", exclude_none=True) for task in TASKS])
+    db = tmp_path / "loop.duckdb"
+    ok(cli("fork", tasks, "--model", f"replay:{replay_file(REPLIES)}", "--branches", "4", "--sandbox", "bwrap",
+           "--db", db, "--run-id", "r1"))
+    ranking = json.loads(ok(cli("rank", "r1", "--db", db, "--json")))
+    assert ranking
+    ok(cli("export", "dpo", "--run", "r1", "--db", db, "--out", tmp_path / "data" / "dpo.jsonl"))
+    summary = json.loads(ok(cli("train", "dpo", "--data", tmp_path / "data" / "dpo.jsonl", "--model", tiny_model,
+                                "--output", tmp_path / "policy", "--max-steps", "2", "--batch-size", "2",
+                                "--lr", "1e-3", "--max-length", "512", "--json")))
+    assert summary["metrics"]["steps"] == 2 and summary["metrics"]["loss_moved"]
+    assert summary["provenance"]["data"]["run_ids"] == ["r1"]
+
+    # the checkpoint reloads as a plain transformers model and generates
+    model_dir = summary["model_dir"]
+    tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir)
+    model = transformers.AutoModelForCausalLM.from_pretrained(model_dir)
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "What is 17 + 25?"}],
+                                           add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    output = model.generate(**prompt, max_new_tokens=6, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+    assert output.shape[1] > prompt["input_ids"].shape[1]
+
+    # ... and forks again, as the policy of a new run on the same tasks
+    ok(cli("fork", tasks, "--model", f"hf:{model_dir}", "--branches", "4", "--max-turns", "1", "--max-tokens", "8",
+           "--sandbox", "bwrap", "--db", db, "--run-id", "r2"))
+    power = json.loads(ok(cli("power", "--runs", "r1", "r2", "--db", db, "--json")))
+    assert power["n"] == 12 and power["arm_b"] == "r2"
+
+
+@pytest.mark.slow
+def test_closed_loop_on_the_embedded_model(cli, tmp_path):
+    """Fork the embedded model, DPO it with LoRA on its own ranked branches, fork the result, compare the runs."""
+    pytest.importorskip("llama_cpp", reason="the embedded model needs the 'local' extra")
+    tasks = ROOT / "examples" / "tasks.jsonl"
+    db = tmp_path / "loop.duckdb"
+    fork = ("--branches", "4", "--max-turns", "2", "--max-tokens", "96", "--sandbox", "bwrap", "--db", db)
+    ok(cli("fork", tasks, "--model", "local", *fork, "--run-id", "before"))
+    ok(cli("rank", "before", "--db", db))
+    ok(cli("export", "dpo", "--run", "before", "--db", db, "--out", tmp_path / "data" / "dpo.jsonl",
+           "--strategy", "all-pairs"))
+    summary = json.loads(ok(cli("train", "dpo", "--data", tmp_path / "data" / "dpo.jsonl", "--model", "local",
+                                "--lora", "--output", tmp_path / "policy", "--max-steps", "4", "--batch-size", "2",
+                                "--lr", "5e-5", "--max-length", "768", "--json")))
+    assert summary["adapter_dir"] and summary["metrics"]["steps"] == 4
+    assert summary["provenance"]["policy"]["kind"] == "gguf"
+    ok(cli("fork", tasks, "--model", f"hf:{summary['model_dir']}", *fork, "--run-id", "after"))
+    power = json.loads(ok(cli("power", "--runs", "before", "after", "--db", db, "--json")))
+    assert power["n"] > 0 and power["verdict"]
