@@ -119,6 +119,32 @@ def loadavg() -> str:
         return "?"
 
 
+def cpu_busy_seconds() -> float | None:
+    """CPU-seconds every process on the machine has used since boot (``/proc/stat``), None where unreadable."""
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    except OSError:
+        return None
+    ticks = [int(v) for v in fields]
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle + iowait
+    return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_quiet(limit_s: float, busy_share: float = 0.15) -> float | None:
+    """Wait (up to ``limit_s``) until other processes use under ``busy_share`` of the CPUs; the last share seen."""
+    deadline = time.monotonic() + limit_s
+    share = None
+    while True:
+        before = cpu_busy_seconds()
+        time.sleep(2.0)
+        after = cpu_busy_seconds()
+        if before is None or after is None:
+            return None
+        share = (after - before) / 2.0 / (os.cpu_count() or 1)
+        if share < busy_share or time.monotonic() > deadline:
+            return share
+
+
 # ------------------------------------------------------------------ the baseline: a plain TRL script
 
 
@@ -243,8 +269,10 @@ def baseline_command(args: argparse.Namespace, data: Path, model: Path, out: Pat
             "--lr", str(args.lr), "--max-length", str(args.max_length), "--seed", str(args.seed)]
 
 
-def spawn(argv: list[str], env: dict[str, str], log: Path) -> tuple[str, float, float, float]:
-    """Run ``python ARGV``; (stdout, wall seconds, peak RSS MiB, CPU seconds) of that process alone."""
+def spawn(argv: list[str], env: dict[str, str], log: Path) -> tuple[str, float, float, float, float | None]:
+    """Run ``python ARGV``: its stdout, wall seconds, peak RSS MiB and CPU seconds, and other processes' CPU-seconds
+    on the machine meanwhile (``None`` without ``/proc/stat``)."""
+    busy = cpu_busy_seconds()
     started = time.perf_counter()
     with log.open("w") as err:
         proc = subprocess.Popen([sys.executable, *argv], stdout=subprocess.PIPE, stderr=err, env=env, text=True)
@@ -255,13 +283,17 @@ def spawn(argv: list[str], env: dict[str, str], log: Path) -> tuple[str, float, 
     if proc.returncode != 0:
         tail = log.read_text(errors="replace")[-3000:]
         raise SystemExit(f"{' '.join(argv[:4])} ... exited {proc.returncode}; its stderr ends:\n{tail}")
-    return stdout, wall, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
+    cpu = usage.ru_utime + usage.ru_stime
+    after = cpu_busy_seconds()
+    others = None if busy is None or after is None else max(0.0, after - busy - cpu)
+    return stdout, wall, usage.ru_maxrss / 1024, cpu, others
 
 
 def run_side(side: str, args: argparse.Namespace, data: Path, model: Path, work: Path, tag: str) -> dict[str, Any]:
     out = work / f"{side}-{tag}"
     argv = (factory_command if side == "factory" else baseline_command)(args, data, model, out)
-    stdout, wall, rss, cpu = spawn(argv, child_env(args, work), work / f"{side}-{tag}.log")
+    quiet = wait_quiet(args.quiet_wait) if args.quiet_wait > 0 else None
+    stdout, wall, rss, cpu, others = spawn(argv, child_env(args, work), work / f"{side}-{tag}.log")
     if side == "factory":
         summary = json.loads(stdout)
         result = json.loads((out / "train_result.json").read_text())
@@ -275,7 +307,8 @@ def run_side(side: str, args: argparse.Namespace, data: Path, model: Path, work:
         figures = {**child, "own_peak_rss_mb": child.pop("peak_rss_mb")}
     if figures["steps"] != args.steps:
         raise SystemExit(f"{side}: trained {figures['steps']} step(s), not {args.steps}")
-    figures.update(side=side, wall=wall, peak_rss_mb=rss, cpu_seconds=cpu,
+    figures.update(side=side, wall=wall, peak_rss_mb=rss, cpu_seconds=cpu, others_cpu_seconds=others,
+                   busy_before=quiet,
                    steps_per_second=figures["steps"] / figures["train_runtime"])
     return figures
 
@@ -300,7 +333,7 @@ def profile_side(side: str, args: argparse.Namespace, data: Path, model: Path, w
 
     out, prof = work / f"{side}-profile", work / f"{side}.prof"
     argv = (factory_command if side == "factory" else baseline_command)(args, data, model, out)
-    _, wall, _, _ = spawn(["-m", "cProfile", "-o", str(prof), *argv], child_env(args, work),
+    _, wall, *_ = spawn(["-m", "cProfile", "-o", str(prof), *argv], child_env(args, work),
                           work / f"{side}-profile.log")
     stats = pstats.Stats(str(prof)).stats  # type: ignore[attr-defined]
     found: dict[str, float] = {"process wall (profiled)": wall}
@@ -327,9 +360,11 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=2, help="per_device_train_batch_size")
     parser.add_argument("--max-length", type=int, default=256, help="tokens per row (DPOConfig.max_length)")
     parser.add_argument("--lr", type=float, default=5e-6, help="learning rate")
-    parser.add_argument("--threads", type=int, default=2, help="torch threads of each child (OMP_NUM_THREADS)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads of each child (OMP_NUM_THREADS)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workdir", default=None, help="where the model, data and outputs go (default: a temp dir)")
+    parser.add_argument("--quiet-wait", type=float, default=60.0,
+                        help="before each run, wait up to this many seconds for other processes to go quiet (0: no)")
     parser.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up pair")
     parser.add_argument("--profile", action="store_true", help="also profile one run of each side (cProfile)")
     parser.add_argument("--quick", action="store_true", help="smoke run: 8 steps, 1 repeat, no warm-up")
@@ -397,9 +432,10 @@ def bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         for side in (("factory", "baseline") if i % 2 == 0 else ("baseline", "factory")):
             r = run_side(side, args, data, model, work, str(i))
             runs[side].append(r)
+            others = "" if r["others_cpu_seconds"] is None else f"  others {r['others_cpu_seconds']:.1f} CPU-s"
             print(f"  {i}  {side:<8}  {r['steps_per_second']:6.2f} steps/s (train() {r['train_seconds']:6.2f} s)  "
                   f"wall {r['wall']:6.2f} s  peak RSS {r['peak_rss_mb']:7.1f} MiB (own figure "
-                  f"{r['own_peak_rss_mb']:.1f})  CPU {r['cpu_seconds']:6.1f} s  loss {r['train_loss']:.4f}",
+                  f"{r['own_peak_rss_mb']:.1f})  CPU {r['cpu_seconds']:5.1f} s  loss {r['train_loss']:.4f}{others}",
                   flush=True)
 
     diffs = config_differences(runs["factory"][0]["trl_config"], runs["baseline"][0]["trl_config"])

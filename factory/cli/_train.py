@@ -101,6 +101,8 @@ def _command(name: str, summary: str) -> click.Command:
         redirect = contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext()
         with redirect:
             result = train_fn(config)
+        if not result.main_process:  # accelerate launch: one report, from the main process
+            return
         if as_json:
             click.echo(dump_json({k: v for k, v in result.to_dict().items() if k != "log_history"}))
             return

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,6 +45,7 @@ class TrainResult:
         provenance: Data (file hash, dataset hash, runs), policy (spec, GGUF sha256), config, seed, versions.
         warnings: What the user should know about the data.
         plot_path: ``loss.png``, when matplotlib is installed.
+        main_process: False in the other processes of a multi-GPU run (only the main one writes and reports).
     """
 
     trainer: str
@@ -57,6 +57,7 @@ class TrainResult:
     provenance: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
     plot_path: Path | None = None
+    main_process: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (``train_result.json``, ``--json`` output)."""
@@ -237,13 +238,14 @@ def run_training(name: str, config: Any, formats: str | tuple[str, ...], build_t
             "gradient_accumulation_steps", "use_cpu", "bf16", "gradient_checkpointing", "seed")}}),
         "trl_config": _json_safe(config.to_dict()),
         "resumed_from": resume_from,
-        "world_size": int(os.environ.get("WORLD_SIZE", "1")),
+        "world_size": int(config.world_size),
         "versions": _versions(),
     }
     result = TrainResult(name, output_dir, Path(paths["model"]) if paths.get("model") else None,
                          Path(paths["adapter"]) if paths.get("adapter") else None, metrics, history, provenance,
                          list(data.warnings))
-    if trainer.is_world_process_zero():
+    result.main_process = trainer.is_world_process_zero()
+    if result.main_process:
         result.plot_path = _plot_losses(history, output_dir / "loss.png", f"factory train {name}: {data.path.name}")
         tmp = output_dir / f".{RESULT_FILE}.tmp"
         tmp.write_text(json.dumps(result.to_dict(), indent=2) + "\n", encoding="utf-8")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -67,20 +68,39 @@ def test_fork_verify_rank_export_train_dpo_then_reload_and_generate(cli, tiny_mo
 
 @pytest.mark.slow
 def test_closed_loop_on_the_embedded_model(cli, tmp_path):
-    """Fork the embedded model, DPO it with LoRA on its own ranked branches, fork the result, compare the runs."""
+    """Fork the embedded model, DPO it with LoRA on its own ranked branches, fork the result, compare the runs.
+
+    Run with ``pytest -m slow -s`` to see each step's time and the power verdict.
+    """
     pytest.importorskip("llama_cpp", reason="the embedded model needs the 'local' extra")
     tasks = ROOT / "examples" / "tasks.jsonl"
     db = tmp_path / "loop.duckdb"
     fork = ("--branches", "4", "--max-turns", "2", "--max-tokens", "96", "--sandbox", "bwrap", "--db", db)
-    ok(cli("fork", tasks, "--model", "local", *fork, "--run-id", "before"))
-    ok(cli("rank", "before", "--db", db))
-    ok(cli("export", "dpo", "--run", "before", "--db", db, "--out", tmp_path / "data" / "dpo.jsonl",
-           "--strategy", "all-pairs"))
-    summary = json.loads(ok(cli("train", "dpo", "--data", tmp_path / "data" / "dpo.jsonl", "--model", "local",
-                                "--lora", "--output", tmp_path / "policy", "--max-steps", "4", "--batch-size", "2",
-                                "--lr", "5e-5", "--max-length", "768", "--json")))
+    timings: dict[str, float] = {}
+
+    def step(name: str, *args) -> str:
+        started = time.perf_counter()
+        out = ok(cli(*args))
+        timings[name] = time.perf_counter() - started
+        print(f"[closed loop] {name}: {timings[name]:.0f} s", flush=True)
+        return out
+
+    before = json.loads(step("fork local", "fork", tasks, "--model", "local", *fork, "--run-id", "before", "--json"))
+    step("rank", "rank", "before", "--db", db)
+    export = json.loads(step("export dpo", "export", "dpo", "--run", "before", "--db", db, "--out",
+                             tmp_path / "data" / "dpo.jsonl", "--strategy", "all-pairs", "--json"))
+    summary = json.loads(step("train dpo (LoRA)", "train", "dpo", "--data", tmp_path / "data" / "dpo.jsonl",
+                              "--model", "local", "--lora", "--output", tmp_path / "policy", "--max-steps", "4",
+                              "--batch-size", "2", "--lr", "5e-5", "--max-length", "768", "--json"))
     assert summary["adapter_dir"] and summary["metrics"]["steps"] == 4
     assert summary["provenance"]["policy"]["kind"] == "gguf"
-    ok(cli("fork", tasks, "--model", f"hf:{summary['model_dir']}", *fork, "--run-id", "after"))
-    power = json.loads(ok(cli("power", "--runs", "before", "after", "--db", db, "--json")))
+    after = json.loads(step("fork hf:", "fork", tasks, "--model", f"hf:{summary['model_dir']}", *fork,
+                            "--run-id", "after", "--json"))
+    power = json.loads(step("power", "power", "--runs", "before", "after", "--db", db, "--json"))
     assert power["n"] > 0 and power["verdict"]
+    metrics = summary["metrics"]
+    print(f"[closed loop] before: {before['passed']}/{before['verified']} passed; export: {export['manifest']['rows']} "
+          f"pairs; train: {metrics['steps']} steps, loss {metrics['first_loss']} -> {metrics['last_loss']}, "
+          f"{metrics['train_seconds']:.0f} s; after: {after['passed']}/{after['verified']} passed", flush=True)
+    print(f"[closed loop] power: {power['k_a']}/{power['n']} vs {power['k_b']}/{power['n']}, "
+          f"p={power['p_value']}; {power['verdict']}", flush=True)

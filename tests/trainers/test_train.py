@@ -209,3 +209,20 @@ def test_bad_input_is_named_by_file_line_and_field(cli, exported_run, tiny_model
     result = cli("train", "dpo", "--data", dpo, "--model", tiny_model, "--output", tmp_path / "o5", "--resume")
     assert result.exit_code == 2 and "checkpoint" in result.stderr
     assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()  # nothing half-written
+
+
+def test_two_processes_train_one_model_and_report_once(exported_run, tiny_model, tmp_path):
+    """The multi-process path GPUs use (one process per device, gradients all-reduced), on two CPU processes."""
+    import subprocess
+    import sys
+
+    data = exported(exported_run, "dpo", tmp_path)
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m", "factory.cli", "train", "dpo",
+         "--data", str(data), "--model", tiny_model, "--output", str(out), *STEPS, "--max-length", "256", "--json"],
+        capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout)  # one JSON document: only the main process reports
+    assert summary["provenance"]["world_size"] == 2
+    assert_trained(summary, tiny_model)
