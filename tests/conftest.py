@@ -13,10 +13,13 @@ from factory.cli import main
 
 @pytest.fixture(autouse=True)
 def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Point FACTORY_HOME and FACTORY_DB into the test's temp dir."""
+    """Point FACTORY_HOME, FACTORY_DB and HF_HOME into the test's temp dir."""
     home = tmp_path / "factory-home"
     monkeypatch.setenv("FACTORY_HOME", str(home))
     monkeypatch.setenv("FACTORY_DB", str(tmp_path / "default.duckdb"))
+    # Hugging Face libraries read and write nothing outside the test, and never try the network
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     return home
 
 

@@ -51,6 +51,16 @@ def test_fork_json_summary_and_store(tmp_path):
         assert store.run(summary["run_id"])["sandbox"] == "bwrap"
 
 
+def test_fork_without_verification_reports_zero_passes(tmp_path):
+    db = tmp_path / "f.duckdb"
+    replay = write_replay(tmp_path / "r.jsonl")
+    result = subprocess.run(fork_cmd(write_tasks(tmp_path / "t.jsonl", 2), "--model", f"replay:{replay}", "--db", db,
+                                     "-n", 2, "--no-verify", "--json"), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert (summary["branches"], summary["verified"], summary["passed"], summary["hacks"]) == (4, 0, 0, 0)
+
+
 def test_malformed_task_file_is_rejected_before_any_branch(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": "a", "prompt": "ok"}\n{"id": "b"}\n')

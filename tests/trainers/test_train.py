@@ -25,10 +25,8 @@ STEPS = ("--max-steps", "2", "--batch-size", "2", "--lr", "1e-3", "--seed", "0")
 
 @pytest.fixture(autouse=True)
 def _quiet_machine(one_torch_thread, tmp_path, monkeypatch):
-    """One thread, and Hugging Face caches in the test's own folder (nothing read from or written to ~/.cache)."""
+    """One thread (HF_HOME is the test's own folder: tests/conftest.py)."""
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
 
 
 def exported(db: Path, fmt: str, folder: Path, suffix: str = ".jsonl") -> Path:
