@@ -24,7 +24,7 @@ def train() -> None:
 
     Every trainer writes OUTPUT/model (a full checkpoint: `factory fork --model hf:OUTPUT/model`), with --lora
     also OUTPUT/adapter, and OUTPUT/train_result.json (metrics, loss curve, what the model depends on).
-    On several GPUs: accelerate launch -m factory.cli train dpo ...
+    On several GPUs: accelerate launch --multi_gpu --num_processes N -m factory.cli train dpo ...
     """
 
 
@@ -69,8 +69,8 @@ def _set_values(pairs: tuple[str, ...], fields: set[str], config_name: str) -> d
 
 def _command(name: str, summary: str) -> click.Command:
     def run(data: Path, model: str, output: Path, lora: bool, max_steps: int | None, epochs: float | None,
-            lr: float | None, batch_size: int | None, grad_accum: int | None, max_length: int | None,
-            seed: int | None, save_steps: int | None, resume: bool, config_file: Path | None,
+            lr: float | None, batch_size: int | None, grad_accum: int | None, seed: int | None,
+            save_steps: int | None, resume: bool, config_file: Path | None,
             settings: tuple[str, ...], as_json: bool, **specific: Any) -> None:
         from factory.errors import ConfigError
         from factory.trainers import load_trainer
@@ -83,8 +83,8 @@ def _command(name: str, summary: str) -> click.Command:
             "data_file": str(data), "model_name_or_path": model, "output_dir": str(output),
             "use_lora": lora or None, "max_steps": max_steps, "num_train_epochs": epochs, "learning_rate": lr,
             "per_device_train_batch_size": batch_size, "gradient_accumulation_steps": grad_accum,
-            "max_length": max_length, "seed": seed, "resume": resume or None,
-            **{key: value for key, value in specific.items()},
+            "seed": seed, "resume": resume or None,
+            **specific,  # --max-length, --objective, --sandbox, --num-generations ... where the trainer has them
         }
         if save_steps is not None:
             given.update(save_strategy="steps", save_steps=save_steps)
@@ -124,7 +124,6 @@ def _command(name: str, summary: str) -> click.Command:
                      help="Learning rate [default: the TRL trainer's]."),
         click.option("--batch-size", type=click.IntRange(min=1), default=None, help="Rows per device per step."),
         click.option("--grad-accum", type=click.IntRange(min=1), default=None, help="Gradient accumulation steps."),
-        click.option("--max-length", type=click.IntRange(min=8), default=None, help="Tokens per row (truncated)."),
         click.option("--seed", type=int, default=None, help="Seed (data order, dropout, new heads) [default: 42]."),
         click.option("--save-steps", type=click.IntRange(min=1), default=None,
                      help="Write a checkpoint every N steps (so --resume can continue after a crash)."),
@@ -135,6 +134,9 @@ def _command(name: str, summary: str) -> click.Command:
                      help="Set any config field, e.g. --set beta=0.05 (repeatable; YAML values)."),
         json_option,
     ]
+    if name != "grpo":  # GRPO bounds completions instead (--max-completion-length)
+        params.append(click.option("--max-length", type=click.IntRange(min=8), default=None,
+                                   help="Tokens per row (truncated)."))
     if name == "reward":
         params.append(click.option("--objective", type=click.Choice(["auto", "pairwise", "regression"]),
                                    default=None, help="pairwise (Bradley-Terry with margins) or regression "
