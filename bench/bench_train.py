@@ -29,36 +29,46 @@ memory (RSS), both measured in the same run.
    checkpointing, ``logging_steps=1``, ``save_strategy="no"``,
    ``report_to="none"``, ``disable_tqdm``) and the same steps, batch size,
    learning rate, max length and seed, ``trl.DPOTrainer(...).train()``, then
-   ``trainer.save_model(OUT)``.
+   ``trainer.save_model(OUT/model)`` (ours saves a checkpoint too).
 
-Both sides run with the same environment (``OMP_NUM_THREADS`` / ``MKL_NUM_THREADS``
-= ``--threads``, which torch honours; ``HF_HOME`` in the work folder; offline),
-alternating ABBA over ``--repeats`` rounds after one untimed warm-up pair (it
-fills the page cache with torch and friends). For each run the parent takes,
-the same way for both sides:
+Both sides run in fresh processes with the same environment
+(``OMP_NUM_THREADS`` / ``MKL_NUM_THREADS`` = ``--threads``, which torch
+honours; ``HF_HOME`` in the work folder; offline), alternating ABBA over
+``--repeats`` rounds after one untimed warm-up pair (it fills the page cache
+with torch and friends). One torch thread by default: on a 2-core machine
+shared with other work, two threads that must meet at every op's barrier
+slow down 10-50x whenever another process takes a core, which swamps any
+difference between the sides. For each run the parent takes, the same way
+for both sides:
 
 - steps/s as the trainer reports it: ``global_step / train_runtime`` (TRL's
   timer around its training loop; ours read from ``train_result.json``'s log,
   the baseline's from ``train().metrics``); also the wall time of the whole
-  ``trainer.train()`` call (ours: ``metrics.train_seconds``);
+  ``trainer.train()`` call (ours: ``metrics.train_seconds``, from which our
+  ``metrics.steps_per_second`` is computed);
 - wall seconds of the whole process, from spawn to exit;
 - peak RSS of the process, ``ru_maxrss`` from ``os.wait4`` (ours also reports
-  its own, read in-process after saving: printed as a check).
+  its own, read in-process after saving: printed as a check), and its CPU
+  seconds.
 
 Medians are reported, with ratios factory / baseline. The effective TRL
-configs of the two sides are compared key by key (paths aside) so that a
+configs of the two sides are compared key by key (paths aside), so that a
 setting that differs is printed, not silently measured.
 
-``--profile`` adds one run of each side under ``cProfile`` (untimed against
-the goal) and prints where the seconds outside the training loop go, phase
-by phase, to find the overhead when there is some.
+``--profile`` (untimed against the goal) finds where an overhead goes: one run
+of each side under ``cProfile``, phase by phase (the leftover of the process
+wall is start-up and imports), and, in a fresh process that has already
+imported what the baseline imports, the RSS and seconds each further package
+``factory train dpo`` imports adds.
 
-The machine may be shared: other processes slow both sides, and the load
-average at start and end is printed.
+The machine may be shared: before each run the parent waits (up to
+``--quiet-wait`` seconds) for other processes to go quiet, and prints the
+CPU-seconds other processes used during each run, and the load average at
+start and end; treat runs where others were busy with suspicion.
 
 Usage: python bench/bench_train.py [--steps 40] [--repeats 3] [--pairs 400] [--hidden 128] [--layers 2]
-       [--batch-size 2] [--max-length 256] [--lr 5e-6] [--threads 2] [--seed 0] [--workdir DIR] [--profile]
-       [--quick] [--json]
+       [--batch-size 2] [--max-length 256] [--lr 5e-6] [--threads 1] [--seed 0] [--workdir DIR]
+       [--quiet-wait 15] [--no-warmup] [--profile] [--quick] [--json]
 """
 
 from __future__ import annotations
@@ -85,29 +95,29 @@ WORDS = ["sort", "parse", "list", "string", "file", "number", "date", "csv", "js
          "because", "we", "it", "is", "returns", "first", "next", "carry", "one", "two", "seven", "twelve."]
 # Config keys that name places or are filled in per run, not settings that change the work.
 PATH_KEYS = {"output_dir", "logging_dir", "data_file", "model_name_or_path", "run_name", "hub_model_id"}
-# Functions whose cumulative time the profile prints (substrings of "file:line(name)"), per side, in phase order.
+# Phases of a run the profile times: (label, substrings of cProfile's "file:line(name)"). The top-level ones do not
+# overlap, so the process wall left over is start-up and imports; indented ones are parts of the phase above them.
 PHASES = {
     "factory": [
-        ("import factory.cli", "factory/cli/__init__.py:1(<module>)"),
-        ("load + validate data", "_data.py:", "(load_training_data)"),
+        ("load + validate data (load_training_data)", "trainers/_data.py:", "(load_training_data)"),
         ("  validate_file", "(validate_file)"),
-        ("  datasets.load_dataset", "load.py:", "(load_dataset)"),
-        ("load policy", "_models.py:", "(load_policy)"),
-        ("  import trl (factory.trainers._dpo)", "_dpo.py:1(<module>)"),
-        ("DPOConfig(...)", "_config.py:", "(__post_init__)"),
-        ("DPOTrainer(...)", "dpo_trainer.py:", "(__init__)"),
-        ("trainer.train()", "trainer.py:", "(train)"),
-        ("save_policy", "_models.py:", "(save_policy)"),
-        ("provenance: _versions", "_run.py:", "(_versions)"),
-        ("loss.png: _plot_losses", "_run.py:", "(_plot_losses)"),
+        ("  file sha256", "trainers/_data.py:", "(_sha256)"),
+        ("  datasets.load_dataset", "datasets/load.py:", "(load_dataset)"),
+        ("load policy (resolve_policy + load_policy)", "trainers/_models.py:", "(load_policy)"),
+        ("DPOConfig(...)", "trainers/_config.py:", "(__post_init__)"),
+        ("DPOTrainer(...)", "trl/trainer/dpo_trainer.py:", "(__init__)"),
+        ("trainer.train()", "transformers/trainer.py:", "(train)"),
+        ("save (save_policy)", "trainers/_models.py:", "(save_policy)"),
+        ("provenance (_versions)", "trainers/_run.py:", "(_versions)"),
+        ("loss.png (_plot_losses)", "trainers/_run.py:", "(_plot_losses)"),
     ],
     "baseline": [
-        ("load model + tokenizer", "bench_train.py:", "(_load_policy)"),
-        ("datasets.load_dataset", "load.py:", "(load_dataset)"),
-        ("DPOConfig(...)", "dpo_config.py:", "(__post_init__)"),
-        ("DPOTrainer(...)", "dpo_trainer.py:", "(__init__)"),
-        ("trainer.train()", "trainer.py:", "(train)"),
-        ("trainer.save_model", "trainer.py:", "(save_model)"),
+        ("datasets.load_dataset", "datasets/load.py:", "(load_dataset)"),
+        ("load policy (from_pretrained)", "bench_train.py:", "(_load_policy)"),
+        ("DPOConfig(...)", "trl/trainer/dpo_config.py:", "(__post_init__)"),
+        ("DPOTrainer(...)", "trl/trainer/dpo_trainer.py:", "(__init__)"),
+        ("trainer.train()", "transformers/trainer.py:", "(train)"),
+        ("save (trainer.save_model)", "transformers/trainer.py:", "(save_model)"),
     ],
 }
 
@@ -149,7 +159,7 @@ def wait_quiet(limit_s: float, busy_share: float = 0.15) -> float | None:
 
 
 def _load_policy(model_dir: str) -> tuple[Any, Any]:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # imported already: the load alone is timed
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32")
@@ -162,11 +172,12 @@ def baseline_child(args: argparse.Namespace) -> None:
     import resource
 
     import datasets
+    import transformers  # noqa: F401
     import trl
 
-    model, tokenizer = _load_policy(args.model)
     out = Path(args.output)
     dataset = datasets.load_dataset("json", data_files=args.data, split="train", cache_dir=str(out / "hf-cache"))
+    model, tokenizer = _load_policy(args.model)
     checkpointing = ({"activation_checkpointing": False}
                      if "activation_checkpointing" in {f.name for f in dataclasses.fields(trl.DPOConfig)}
                      else {"gradient_checkpointing": False})
@@ -328,19 +339,62 @@ def config_differences(ours: dict[str, Any], theirs: dict[str, Any]) -> list[str
 
 
 def profile_side(side: str, args: argparse.Namespace, data: Path, model: Path, work: Path) -> dict[str, float]:
-    """One run of ``side`` under cProfile; cumulative seconds of each phase in :data:`PHASES`."""
+    """One run of ``side`` under cProfile: its wall, each phase's cumulative seconds, and what is left over."""
     import pstats
 
     out, prof = work / f"{side}-profile", work / f"{side}.prof"
     argv = (factory_command if side == "factory" else baseline_command)(args, data, model, out)
     _, wall, *_ = spawn(["-m", "cProfile", "-o", str(prof), *argv], child_env(args, work),
-                          work / f"{side}-profile.log")
+                        work / f"{side}-profile.log")
     stats = pstats.Stats(str(prof)).stats  # type: ignore[attr-defined]
     found: dict[str, float] = {"process wall (profiled)": wall}
     for label, *parts in PHASES[side]:
         found[label] = max((cumulative for (file, line, name), (_, _, _, cumulative, _) in stats.items()
                             if all(p in f"{file}:{line}({name})" for p in parts)), default=0.0)
+    phases = sum(v for k, v in found.items() if not k.startswith(" ") and k != "process wall (profiled)")
+    found["rest: start-up, imports, CLI, result files"] = wall - phases
     return found
+
+
+# What each side imports before training: the baseline's modules, and the factory modules `factory train dpo` adds.
+BASELINE_IMPORTS = "import datasets, torch, transformers, trl; trl.DPOConfig; trl.DPOTrainer"
+FACTORY_IMPORTS = "import factory.cli._train, factory.trainers._dpo, factory.export"
+IMPORT_PROBE = """
+import json, sys, time
+from pathlib import Path
+def rss():
+    return next(int(l.split()[1]) for l in Path("/proc/self/status").read_text().splitlines()
+                if l.startswith("VmRSS")) / 1024
+{baseline}
+before, start = set(m.partition(".")[0] for m in sys.modules), rss()
+steps, mark = [], time.perf_counter()
+def step(name):
+    global mark
+    now = time.perf_counter()
+    steps.append((name, rss() - start - sum(d for _, d, _ in steps), now - mark))
+    mark = now
+for name in {order}:
+    __import__(name)
+    step(name)
+{factory}
+step("factory and the rest")
+new = sorted(set(m.partition(".")[0] for m in sys.modules) - before - {{"factory"}})
+print(json.dumps({{"baseline_rss": start, "steps": steps, "new": new}}))
+"""
+
+
+def import_memory(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """RSS (MiB) and import seconds that the modules only ``factory train dpo`` imports add on top of the baseline's,
+    package by package (in a fresh process, after the baseline's own imports)."""
+    env = child_env(args, work)
+
+    def probe(order: list[str]) -> dict[str, Any]:
+        code = IMPORT_PROBE.format(baseline=BASELINE_IMPORTS, factory=FACTORY_IMPORTS, order=order)
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    extra = probe([])["new"]  # the third-party packages factory pulls in, then each one's share in a fresh process
+    return probe(extra)
 
 
 # ------------------------------------------------------------------ main
@@ -363,7 +417,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads of each child (OMP_NUM_THREADS)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workdir", default=None, help="where the model, data and outputs go (default: a temp dir)")
-    parser.add_argument("--quiet-wait", type=float, default=60.0,
+    parser.add_argument("--quiet-wait", type=float, default=15.0,
                         help="before each run, wait up to this many seconds for other processes to go quiet (0: no)")
     parser.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up pair")
     parser.add_argument("--profile", action="store_true", help="also profile one run of each side (cProfile)")
@@ -472,13 +526,21 @@ def bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     record("train", "dpo process wall (median)", *fig("wall", "{:.1f} s"))
     record("train", "dpo trainer.train() (median)", *fig("train_seconds", "{:.2f} s"))
 
-    profile: dict[str, dict[str, float]] = {}
+    profile: dict[str, Any] = {}
     if args.profile:
         print("\nprofile (one cProfile run each; cumulative seconds, profiler overhead included):", flush=True)
         for side in ("factory", "baseline"):
             profile[side] = profile_side(side, args, data, model, work)
             for label, seconds in profile[side].items():
                 print(f"  {side:<8} {label:<40} {seconds:7.2f} s")
+        imports = import_memory(args, work)
+        print(f"imports (unprofiled): the baseline's ({BASELINE_IMPORTS}) take {imports['baseline_rss']:.0f} MiB RSS; "
+              f"on top of them, `factory train dpo`'s add:")
+        for name, mib, seconds in sorted(imports["steps"], key=lambda step: -step[1]):
+            print(f"  {name:<40} {mib:+7.1f} MiB  {seconds:6.3f} s")
+        print(f"  {'total':<40} {sum(m for _, m, _ in imports['steps']):+7.1f} MiB  "
+              f"{sum(t for _, _, t in imports['steps']):6.3f} s")
+        profile["imports"] = {name: {"rss_mb": mib, "seconds": seconds} for name, mib, seconds in imports["steps"]}
 
     print(f"\nload {loadavg()}; total {time.perf_counter() - started:.0f} s")
     print_table()

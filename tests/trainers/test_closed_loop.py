@@ -68,6 +68,9 @@ def test_fork_verify_rank_export_train_dpo_then_reload_and_generate(cli, tiny_mo
 def test_closed_loop_on_the_embedded_model(cli, tmp_path):
     """Fork the embedded model, DPO it with LoRA on its own ranked branches, fork the result, compare the runs.
 
+    A third run forks the untrained policy through the same engine as the trained one (transformers, float32),
+    the control that separates what DPO did from what changing the engine did.
+
     Run with ``pytest -m slow -s`` to see each step's time and the power verdict.
     """
     pytest.importorskip("llama_cpp", reason="the embedded model needs the 'local' extra")
@@ -96,9 +99,19 @@ def test_closed_loop_on_the_embedded_model(cli, tmp_path):
                             "--run-id", "after", "--json"))
     power = json.loads(step("power", "power", "--runs", "before", "after", "--db", db, "--json"))
     assert power["n"] > 0 and power["verdict"]
+    # The control: the same policy untrained, dequantized and forked by the same engine, so that the comparison
+    # with `after` measures DPO, not llama.cpp's Q4 against transformers' float32.
+    from factory.trainers import load_policy, resolve_policy, save_policy
+
+    base_dir = save_policy(*load_policy(resolve_policy("local")), tmp_path / "base")["model"]
+    step("fork hf: (untrained)", "fork", tasks, "--model", f"hf:{base_dir}", *fork, "--run-id", "base")
+    control = json.loads(step("power (control)", "power", "--runs", "base", "after", "--db", db, "--json"))
+    assert control["n"] == power["n"]
     metrics = summary["metrics"]
     print(f"[closed loop] before: {before['passed']}/{before['verified']} passed; export: {export['manifest']['rows']} "
           f"pairs; train: {metrics['steps']} steps, loss {metrics['first_loss']} -> {metrics['last_loss']}, "
           f"{metrics['train_seconds']:.0f} s; after: {after['passed']}/{after['verified']} passed", flush=True)
     print(f"[closed loop] power: {power['k_a']}/{power['n']} vs {power['k_b']}/{power['n']}, "
           f"p={power['p_value']}; {power['verdict']}", flush=True)
+    print(f"[closed loop] control (untrained, same engine): {control['k_a']}/{control['n']} vs "
+          f"{control['k_b']}/{control['n']}, p={control['p_value']}; {control['verdict']}", flush=True)
