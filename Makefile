@@ -44,6 +44,7 @@ bench: setup
 	$(PY) bench/bench_rank.py
 	$(PY) bench/bench_memory.py
 	$(PY) bench/bench_export.py
+	$(PY) bench/bench_train.py
 
 lint: setup
 	$(VENV)/bin/ruff check factory tests bench

@@ -34,8 +34,8 @@ memory (RSS), both measured in the same run.
 Both sides run in fresh processes with the same environment
 (``OMP_NUM_THREADS`` / ``MKL_NUM_THREADS`` = ``--threads``, which torch
 honours; ``HF_HOME`` in the work folder; offline), alternating ABBA over
-``--repeats`` rounds after one untimed warm-up pair (it fills the page cache
-with torch and friends). One torch thread by default: on a 2-core machine
+``--repeats`` rounds after one untimed warm-up pair of 4-step runs (it fills
+the page cache with torch and friends). One torch thread by default: on a 2-core machine
 shared with other work, two threads that must meet at every op's barrier
 slow down 10-50x whenever another process takes a core, which swamps any
 difference between the sides. For each run the parent takes, the same way
@@ -68,7 +68,7 @@ start and end; treat runs where others were busy with suspicion.
 
 Usage: python bench/bench_train.py [--steps 40] [--repeats 3] [--pairs 400] [--hidden 128] [--layers 2]
        [--batch-size 2] [--max-length 256] [--lr 5e-6] [--threads 1] [--seed 0] [--workdir DIR]
-       [--quiet-wait 15] [--no-warmup] [--profile] [--quick] [--json]
+       [--quiet-wait 10] [--no-warmup] [--profile] [--quick] [--json]
 """
 
 from __future__ import annotations
@@ -88,6 +88,7 @@ from pathlib import Path
 from typing import Any
 
 GOAL = 0.05  # at most 5% overhead
+QUIET_SHARE = 0.10  # a run is undisturbed when other processes used at most this share of one core meanwhile
 WORDS = ["sort", "parse", "list", "string", "file", "number", "date", "csv", "json", "http", "count", "sum", "reverse",
          "merge", "split", "filter", "map", "tree", "graph", "path", "queue", "stack", "cache", "retry", "timeout",
          "error", "log", "config", "table", "row", "column", "index", "key", "value", "token", "batch", "stream",
@@ -99,11 +100,12 @@ PATH_KEYS = {"output_dir", "logging_dir", "data_file", "model_name_or_path", "ru
 # overlap, so the process wall left over is start-up and imports; indented ones are parts of the phase above them.
 PHASES = {
     "factory": [
-        ("load + validate data (load_training_data)", "trainers/_data.py:", "(load_training_data)"),
+        ("load + validate data (load_training_data; imports datasets)", "trainers/_data.py:",
+         "(load_training_data)"),
         ("  validate_file", "(validate_file)"),
         ("  file sha256", "trainers/_data.py:", "(_sha256)"),
         ("  datasets.load_dataset", "datasets/load.py:", "(load_dataset)"),
-        ("load policy (resolve_policy + load_policy)", "trainers/_models.py:", "(load_policy)"),
+        ("load policy (load_policy)", "trainers/_models.py:", "(load_policy)"),
         ("DPOConfig(...)", "trainers/_config.py:", "(__post_init__)"),
         ("DPOTrainer(...)", "trl/trainer/dpo_trainer.py:", "(__init__)"),
         ("trainer.train()", "transformers/trainer.py:", "(train)"),
@@ -171,21 +173,23 @@ def baseline_child(args: argparse.Namespace) -> None:
     import dataclasses
     import resource
 
+    # Every import first, outside the profiled phases (our CLI, too, has imported torch, transformers and trl
+    # before it loads anything).
     import datasets
-    import transformers  # noqa: F401
-    import trl
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401  (used in _load_policy)
+    from trl import DPOConfig, DPOTrainer
 
     out = Path(args.output)
     dataset = datasets.load_dataset("json", data_files=args.data, split="train", cache_dir=str(out / "hf-cache"))
     model, tokenizer = _load_policy(args.model)
     checkpointing = ({"activation_checkpointing": False}
-                     if "activation_checkpointing" in {f.name for f in dataclasses.fields(trl.DPOConfig)}
+                     if "activation_checkpointing" in {f.name for f in dataclasses.fields(DPOConfig)}
                      else {"gradient_checkpointing": False})
-    config = trl.DPOConfig(
+    config = DPOConfig(
         output_dir=str(out), max_steps=args.steps, per_device_train_batch_size=args.batch_size,
         learning_rate=args.lr, max_length=args.max_length, seed=args.seed, use_cpu=True, bf16=False,
         logging_steps=1, save_strategy="no", report_to="none", disable_tqdm=True, **checkpointing)
-    trainer = trl.DPOTrainer(model=model, args=config, train_dataset=dataset, processing_class=tokenizer)
+    trainer = DPOTrainer(model=model, args=config, train_dataset=dataset, processing_class=tokenizer)
     started = time.perf_counter()
     output = trainer.train()
     train_seconds = time.perf_counter() - started
@@ -225,9 +229,9 @@ def write_dpo_file(path: Path, pairs: int, seed: int) -> dict[str, float]:
     with path.open("w", encoding="utf-8") as handle:
         for i in range(pairs):
             answer = rng.randint(0, 999)
-            user = f"{words(rng, lognormal_chars(rng, 160, 20, 900))}? Reply as `Final: <n>`."
-            good = f"{words(rng, lognormal_chars(rng, 200, 10, 1200))}\nFinal: {answer}"
-            bad = f"{words(rng, lognormal_chars(rng, 200, 10, 1200))}\nFinal: {answer + 1 + i % 7}"
+            user = f"{words(rng, lognormal_chars(rng, 50, 10, 400))}? Reply as `Final: <n>`."
+            good = f"{words(rng, lognormal_chars(rng, 60, 5, 500))}\nFinal: {answer}"
+            bad = f"{words(rng, lognormal_chars(rng, 60, 5, 500))}\nFinal: {answer + 1 + i % 7}"
             row = {
                 "prompt": [message("system", ANSWER_SYSTEM_PROMPT), message("user", user)],
                 "chosen": [message("assistant", good)], "rejected": [message("assistant", bad)],
@@ -314,13 +318,14 @@ def run_side(side: str, args: argparse.Namespace, data: Path, model: Path, work:
                    "own_peak_rss_mb": summary["metrics"]["peak_rss_mb"], "train_loss": summary["metrics"]["train_loss"],
                    "trl_config": result["provenance"]["trl_config"]}
     else:
-        child = json.loads(stdout.strip().splitlines()[-1])
-        figures = {**child, "own_peak_rss_mb": child.pop("peak_rss_mb")}
+        figures = json.loads(stdout.strip().splitlines()[-1])
+        figures["own_peak_rss_mb"] = figures.pop("peak_rss_mb")
     if figures["steps"] != args.steps:
         raise SystemExit(f"{side}: trained {figures['steps']} step(s), not {args.steps}")
     figures.update(side=side, wall=wall, peak_rss_mb=rss, cpu_seconds=cpu, others_cpu_seconds=others,
                    busy_before=quiet,
-                   steps_per_second=figures["steps"] / figures["train_runtime"])
+                   steps_per_second=figures["steps"] / figures["train_runtime"],
+                   call_steps_per_second=figures["steps"] / figures["train_seconds"])
     return figures
 
 
@@ -417,7 +422,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads of each child (OMP_NUM_THREADS)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workdir", default=None, help="where the model, data and outputs go (default: a temp dir)")
-    parser.add_argument("--quiet-wait", type=float, default=15.0,
+    parser.add_argument("--quiet-wait", type=float, default=10.0,
                         help="before each run, wait up to this many seconds for other processes to go quiet (0: no)")
     parser.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up pair")
     parser.add_argument("--profile", action="store_true", help="also profile one run of each side (cProfile)")
@@ -476,9 +481,10 @@ def bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
           f"save_strategy no; {args.repeats} repeat(s), ABBA{'' if args.no_warmup else ' after a warm-up pair'}",
           flush=True)
 
-    if not args.no_warmup:
+    if not args.no_warmup:  # a few steps are enough to bring every library into the page cache
+        warmup = argparse.Namespace(**{**vars(args), "steps": min(args.steps, 4)})
         for side in ("factory", "baseline"):
-            run_side(side, args, data, model, work, "warmup")
+            run_side(side, warmup, data, model, work, "warmup")
         print(f"  warm-up pair done ({time.perf_counter() - started:.0f} s so far)", flush=True)
 
     runs: dict[str, list[dict[str, Any]]] = {"factory": [], "baseline": []}
@@ -499,6 +505,7 @@ def bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     ours, base = runs["factory"], runs["baseline"]
     rows = [
         ("steps/s (global_step / train_runtime)", "steps_per_second", "{:.2f}"),
+        ("steps/s (steps / trainer.train() wall)", "call_steps_per_second", "{:.2f}"),
         ("trainer.train() seconds", "train_seconds", "{:.2f} s"),
         ("process wall seconds", "wall", "{:.2f} s"),
         ("peak RSS MiB (wait4)", "peak_rss_mb", "{:.1f}"),
@@ -516,6 +523,18 @@ def bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     print(f"  overhead: steps/s {overhead['steps_per_second']:+.1%} (goal <= 5%: "
           f"{'met' if speed_ok else 'MISSED'}), peak RSS {overhead['peak_rss_mb']:+.1%} (goal <= 5%: "
           f"{'met' if memory_ok else 'MISSED'}), process wall {overhead['wall']:+.1%}", flush=True)
+    # Steps/s is what other processes disturb most; where some runs were disturbed and some not, the quiet ones
+    # alone give a second reading (not the goal's figure, which is over every run).
+    quiet = {side: [r for r in rs if r["others_cpu_seconds"] is not None
+                    and r["others_cpu_seconds"] <= QUIET_SHARE * r["wall"]] for side, rs in runs.items()}
+    quiet_speed = None
+    if all(quiet.values()) and sum(map(len, quiet.values())) < 2 * args.repeats:
+        quiet_speed = median(quiet["factory"], "steps_per_second") / median(quiet["baseline"], "steps_per_second")
+        print(f"  undisturbed runs only (others used <= {QUIET_SHARE:.0%} of a core; {len(quiet['factory'])} "
+              f"factory, {len(quiet['baseline'])} baseline): steps/s ratio {quiet_speed:.3f}x")
+    elif not all(quiet.values()):
+        print(f"  other processes used > {QUIET_SHARE:.0%} of a core during every run of one side: "
+              "steps/s figures are unreliable (rerun on a quiet machine, or with more --repeats)")
 
     def fig(key: str, fmt: str) -> tuple[str, str, str]:
         m = medians[key]
@@ -532,7 +551,7 @@ def bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         for side in ("factory", "baseline"):
             profile[side] = profile_side(side, args, data, model, work)
             for label, seconds in profile[side].items():
-                print(f"  {side:<8} {label:<40} {seconds:7.2f} s")
+                print(f"  {side:<8} {label:<62} {seconds:7.2f} s")
         imports = import_memory(args, work)
         print(f"imports (unprofiled): the baseline's ({BASELINE_IMPORTS}) take {imports['baseline_rss']:.0f} MiB RSS; "
               f"on top of them, `factory train dpo`'s add:")
@@ -553,7 +572,8 @@ def bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                      "max_length": args.max_length, "seed": args.seed, "threads": args.threads,
                      "repeats": args.repeats},
         "runs": {side: [{k: v for k, v in r.items() if k not in strip} for r in rs] for side, rs in runs.items()},
-        "medians": medians, "overhead": overhead, "config_differences": diffs,
+        "medians": medians, "overhead": overhead, "undisturbed_steps_per_second_ratio": quiet_speed,
+        "config_differences": diffs,
         "goal": {"max_overhead": GOAL, "steps_per_second_met": speed_ok, "peak_rss_met": memory_ok},
         "profile": profile,
     }

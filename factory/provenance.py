@@ -15,7 +15,7 @@ from typing import Any
 
 from factory._version import __version__
 
-__all__ = ["canonical_json", "content_hash", "git_sha", "package_version"]
+__all__ = ["canonical_json", "content_hash", "file_sha256", "git_sha", "package_version"]
 
 
 def canonical_json(obj: Any) -> str:
@@ -30,6 +30,15 @@ def canonical_json(obj: Any) -> str:
 def content_hash(obj: Any) -> str:
     """Return ``sha256:<hex>`` of the canonical JSON of ``obj``."""
     return "sha256:" + hashlib.sha256(canonical_json(obj).encode("utf-8")).hexdigest()
+
+
+def file_sha256(path: str | Path) -> str:
+    """Hex sha256 of a file's bytes, read in 1 MiB blocks (weights, exports: files too big to hold at once)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def package_version() -> str:

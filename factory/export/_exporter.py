@@ -7,7 +7,6 @@ card describing every export in the folder (one ``configs`` entry each).
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -20,7 +19,7 @@ from factory.errors import ConfigError
 from factory.export._files import side_path, write_rows
 from factory.export._formats import ExportOptions, create_format
 from factory.export._source import ExportSource, load_source
-from factory.provenance import content_hash, git_sha, package_version
+from factory.provenance import content_hash, file_sha256, git_sha, package_version
 from factory.store import Store, utc_now
 
 __all__ = ["ExportResult", "export", "judge_objective_agreement", "write_dataset_card"]
@@ -67,11 +66,7 @@ def judge_objective_agreement(branches: pl.DataFrame) -> dict[str, Any]:
 
 
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return "sha256:" + digest.hexdigest()
+    return "sha256:" + file_sha256(path)
 
 
 def _runs_section(source: ExportSource) -> list[dict[str, Any]]:

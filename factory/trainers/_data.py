@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from factory.errors import ConfigError, ExportValidationError
+from factory.provenance import file_sha256
 
 __all__ = ["TrainingData", "load_training_data"]
 
@@ -32,7 +33,7 @@ class TrainingData:
         format: The export format the rows follow (``dpo``, ``kto``, ``reward``, ``reward-scalar``, ``sft``, ``grpo``).
         dataset: The rows, as TRL reads them (no column mapping).
         manifest: The export manifest, or None for a file made elsewhere.
-        file_sha256: Digest of the data file.
+        file_sha256: Digest of the data file (``sha256:<hex>``, as manifests write it).
         warnings: What the user should know (no manifest, unpowered ranking...).
     """
 
@@ -54,16 +55,6 @@ class TrainingData:
             "config_hashes": manifest.get("config_hashes"), "export_powered": manifest.get("powered"),
             "export_evidence": manifest.get("evidence"), "manifest": bool(self.manifest),
         }
-
-
-def _sha256(path: Path) -> str:
-    import hashlib
-
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _manifest_for(path: Path) -> tuple[dict[str, Any] | None, str | None]:
@@ -151,10 +142,10 @@ def load_training_data(path: str | Path, expected: str | tuple[str, ...]) -> Tra
         _check_scalar_rows(path)
     else:
         validate_file(path, fmt)
-    digest = _sha256(path)
+    digest = "sha256:" + file_sha256(path)  # the manifest's spelling
     if recorded and recorded != digest:
-        warnings.append(f"{path}: changed since it was exported (sha256 {digest[:12]}... vs manifest "
-                        f"{recorded[:12]}...)")
+        warnings.append(f"{path}: changed since it was exported ({digest[:19]}... here, {recorded[:19]}... in the "
+                        "manifest)")
     if manifest is not None and not manifest.get("powered", True):
         warnings.append(f"{path}: the ranking behind this export is not powered (see the manifest's runs)")
     import datasets

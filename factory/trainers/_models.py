@@ -21,7 +21,6 @@ torch, transformers and peft are imported inside the functions that use them.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata as metadata
 import re
 from dataclasses import asdict, dataclass
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from factory.errors import ConfigError
+from factory.provenance import file_sha256
 
 __all__ = ["PolicySource", "apply_lora", "is_peft_model", "load_policy", "resolve_policy", "save_policy"]
 
@@ -69,19 +69,11 @@ class PolicySource:
         return asdict(self)
 
 
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _gguf_source(spec: str, name: str) -> PolicySource:
     path = Path(name).expanduser()
     if not path.is_file():
         raise ConfigError(f"policy {spec!r}: no GGUF file at {path}")
-    return PolicySource(spec=spec, kind="gguf", path=str(path.resolve()), sha256=_file_sha256(path))
+    return PolicySource(spec=spec, kind="gguf", path=str(path.resolve()), sha256=file_sha256(path))
 
 
 def resolve_policy(spec: str) -> PolicySource:

@@ -224,3 +224,15 @@ def test_two_processes_train_one_model_and_report_once(exported_run, tiny_model,
     summary = json.loads(proc.stdout)  # one JSON document: only the main process reports
     assert summary["provenance"]["world_size"] == 2
     assert_trained(summary, tiny_model)
+
+
+def test_the_data_is_checked_against_its_manifest(exported_run, tmp_path):
+    from factory.trainers import load_training_data
+
+    data_file = exported(exported_run, "dpo", tmp_path)
+    data = load_training_data(data_file, "dpo")
+    assert data.file_sha256 == json.loads(data_file.with_name(data_file.name + ".manifest.json").read_text())[
+        "file_sha256"]
+    assert not [w for w in data.warnings if "changed since" in w]
+    data_file.write_text("".join(data_file.read_text().splitlines(keepends=True)[:-1]))  # a row dropped by hand
+    assert any("changed since it was exported" in w for w in load_training_data(data_file, "dpo").warnings)

@@ -81,14 +81,6 @@ def _pieces(weights: GGUFWeights) -> list[Path]:
     return pieces
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def ensure_weights(weights: GGUFWeights = DEFAULT_WEIGHTS, cache: Path | None = None) -> Path:
     """Return the path of the joined, verified GGUF, joining it on first use.
 
