@@ -1,25 +1,27 @@
-"""Export: DPO / KTO / reward / SFT / GRPO rows, writers, manifests, dataset cards and validation."""
+"""Export: DPO / KTO / reward / SFT / GRPO rows, writers, manifests, dataset cards and validation.
 
-from factory.export._exporter import ExportResult, export, judge_objective_agreement, write_dataset_card
+Reading and validating a file (what ``factory export validate`` and every trainer do) imports neither polars
+nor the store; the names that build exports resolve on first use (PEP 562).
+"""
+
+from importlib import import_module
+from typing import Any
+
+from factory.export._columns import FORMAT_COLUMNS
 from factory.export._files import FILE_KINDS, file_kind, iter_records, side_path, write_rows
-from factory.export._formats import (
-    ExportFormat,
-    ExportOptions,
-    ExportRows,
-    create_format,
-    format_names,
-    kto_weights,
-    length_bias,
-    register_format,
-    render_text,
-    tool_schemas_json,
-)
-from factory.export._pairs import PAIR_STRATEGIES, PairOptions, build_pairs
-from factory.export._source import MESSAGE_JSON_SHAPE, ExportSource, load_source
 from factory.export._validate import validate_file
+
+_LAZY = {
+    **dict.fromkeys(("ExportResult", "export", "judge_objective_agreement", "write_dataset_card"), "_exporter"),
+    **dict.fromkeys(("ExportFormat", "ExportOptions", "ExportRows", "create_format", "format_names", "kto_weights",
+                     "length_bias", "register_format", "render_text", "tool_schemas_json"), "_formats"),
+    **dict.fromkeys(("PAIR_STRATEGIES", "PairOptions", "build_pairs"), "_pairs"),
+    **dict.fromkeys(("MESSAGE_JSON_SHAPE", "ExportSource", "load_source"), "_source"),
+}
 
 __all__ = [
     "FILE_KINDS",
+    "FORMAT_COLUMNS",
     "MESSAGE_JSON_SHAPE",
     "PAIR_STRATEGIES",
     "ExportFormat",
@@ -46,3 +48,11 @@ __all__ = [
     "write_dataset_card",
     "write_rows",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(import_module(f"factory.export.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'factory.export' has no attribute {name!r}")

@@ -11,11 +11,12 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
-
-import polars as pl
+from typing import TYPE_CHECKING, Any
 
 from factory.errors import ConfigError
+
+if TYPE_CHECKING:  # only for hints: reading and validating a file never import polars
+    import polars as pl
 
 __all__ = ["FILE_KINDS", "file_kind", "iter_records", "side_path", "write_rows"]
 
@@ -57,7 +58,9 @@ def write_rows(frame: pl.DataFrame, path: Path) -> None:
 def iter_records(path: Path) -> Iterator[tuple[int, dict[str, Any] | None, str | None]]:
     """Each record of an export file: (1-based line or row, record or None, why it could not be read)."""
     if file_kind(path) == "parquet":
-        for number, row in enumerate(pl.read_parquet(path).iter_rows(named=True), start=1):
+        import pyarrow.parquet as pq
+
+        for number, row in enumerate(pq.read_table(path).to_pylist(), start=1):
             yield number, row, None
         return
     with path.open(encoding="utf-8") as handle:

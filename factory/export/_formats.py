@@ -35,6 +35,7 @@ from typing import Any, Protocol
 import polars as pl
 
 from factory.errors import ConfigError, ExportError
+from factory.export._columns import FORMAT_COLUMNS
 from factory.export._pairs import PairOptions, build_pairs
 from factory.export._source import ExportSource
 
@@ -233,7 +234,7 @@ class DPOFormat:
 
     name = "dpo"
     trainer = "DPOTrainer"
-    columns = {"prompt": "messages|text", "chosen": "messages|text", "rejected": "messages|text"}
+    columns = FORMAT_COLUMNS["dpo"]
 
     def build(self, source: ExportSource, options: ExportOptions) -> ExportRows:
         stats: dict[str, Any] = {"strategy": options.pairs.strategy}
@@ -255,7 +256,7 @@ class RewardFormat(DPOFormat):
 
     name = "reward"
     trainer = "RewardTrainer"
-    columns = {**DPOFormat.columns, "margin": "number"}
+    columns = FORMAT_COLUMNS["reward"]
 
     def build(self, source: ExportSource, options: ExportOptions) -> ExportRows:
         built = super().build(source, options)
@@ -278,7 +279,7 @@ class KTOFormat:
 
     name = "kto"
     trainer = "KTOTrainer"
-    columns = {"prompt": "messages|text", "completion": "messages|text", "label": "bool"}
+    columns = FORMAT_COLUMNS["kto"]
 
     def build(self, source: ExportSource, options: ExportOptions) -> ExportRows:
         verified = source.branches.filter(pl.col("objective_pass").is_not_null())
@@ -325,7 +326,7 @@ class SFTFormat:
 
     name = "sft"
     trainer = "SFTTrainer"
-    columns = {"messages": "messages"}
+    columns = FORMAT_COLUMNS["sft"]
 
     def build(self, source: ExportSource, options: ExportOptions) -> ExportRows:
         clean = source.branches.filter(pl.col("objective_pass").fill_null(False) & ~pl.col("hack_detected")
@@ -349,7 +350,7 @@ class GRPOFormat:
 
     name = "grpo"
     trainer = "GRPOTrainer"
-    columns = {"prompt": "messages|text"}
+    columns = FORMAT_COLUMNS["grpo"]
 
     def build(self, source: ExportSource, options: ExportOptions) -> ExportRows:
         tasks = (source.branches.sort(["run_id", "task_id", "branch_index"])

@@ -10,12 +10,13 @@ margins are finite numbers.
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
 from factory.errors import ExportValidationError
+from factory.export._columns import FORMAT_COLUMNS
 from factory.export._files import iter_records
-from factory.export._formats import create_format
 
 __all__ = ["validate_file"]
 
@@ -49,6 +50,18 @@ def _message_problems(value: list[Any], field: str) -> list[str]:
     return problems
 
 
+def _columns(format_name: str) -> dict[str, str]:
+    """The format's columns, without importing the format implementations (polars, the store) where not needed.
+
+    Formats are registered in ``_formats``; until it is imported nothing can have replaced a built-in one.
+    """
+    if "factory.export._formats" not in sys.modules and format_name in FORMAT_COLUMNS:
+        return FORMAT_COLUMNS[format_name]
+    from factory.export._formats import create_format
+
+    return dict(create_format(format_name).columns)
+
+
 def validate_file(path: str | Path, format_name: str) -> int:
     """Check an export file; return its row count.
 
@@ -57,7 +70,7 @@ def validate_file(path: str | Path, format_name: str) -> int:
         ConfigError: Unknown format or extension.
     """
     path = Path(path)
-    fmt = create_format(format_name)
+    columns = _columns(format_name)
     problems: list[str] = []
     shapes: dict[str, tuple[str, int]] = {}  # conversational-or-text, decided by the first row
     rows = 0
@@ -69,7 +82,7 @@ def validate_file(path: str | Path, format_name: str) -> int:
             problems.append(f"{path}:{line}: {error}")
             continue
         rows += 1
-        found = [f"{path}:{line}: {p}" for p in _record_problems(record, fmt.columns, shapes, line)]
+        found = [f"{path}:{line}: {p}" for p in _record_problems(record, columns, shapes, line)]
         problems.extend(found)
     if rows == 0 and not problems:
         problems.append(f"{path}: no rows")

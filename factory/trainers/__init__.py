@@ -12,7 +12,6 @@ from typing import Any
 from factory.trainers._config import TrainerSettings, device_defaults
 from factory.trainers._data import TrainingData, load_training_data
 from factory.trainers._registry import TrainerEntry, load_trainer, register_trainer, trainer_entry, trainer_names
-from factory.trainers._rewards import VerifierReward, completion_text
 from factory.trainers._run import RESULT_FILE, TrainResult, frozen_reference, run_training
 from factory.trainers._tiny import CHAT_TEMPLATE, build_tiny_model
 
@@ -27,6 +26,7 @@ _LAZY = {
     # light, but resolved on use as well
     "PolicySource": "_models", "apply_lora": "_models", "load_policy": "_models", "resolve_policy": "_models",
     "save_policy": "_models", "is_peft_model": "_models",
+    "VerifierReward": "_rewards", "completion_text": "_rewards",
 }
 
 __all__ = [

@@ -236,3 +236,17 @@ def test_the_data_is_checked_against_its_manifest(exported_run, tmp_path):
     assert not [w for w in data.warnings if "changed since" in w]
     data_file.write_text("".join(data_file.read_text().splitlines(keepends=True)[:-1]))  # a row dropped by hand
     assert any("changed since it was exported" in w for w in load_training_data(data_file, "dpo").warnings)
+
+
+def test_checking_training_data_imports_neither_polars_nor_the_store(exported_run, tmp_path):
+    """Every trainer validates its file first; that costs no import a plain TRL script would not make."""
+    import subprocess
+    import sys
+
+    data = exported(exported_run, "dpo", tmp_path)
+    code = ("import sys\nfrom factory.export import validate_file\nimport factory.trainers\n"
+            f"validate_file({str(data)!r}, 'dpo')\n"
+            "print(sorted(m for m in ('polars', 'duckdb', 'pydantic') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"

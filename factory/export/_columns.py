@@ -1,0 +1,21 @@
+"""The columns each built-in export format writes, and their kinds: the contract TRL's trainers read.
+
+Kept apart from the format implementations (which need polars and the store)
+so that checking a file, as ``factory export validate`` and every trainer do,
+imports neither.
+"""
+
+from __future__ import annotations
+
+__all__ = ["FORMAT_COLUMNS"]
+
+_PAIR = {"prompt": "messages|text", "chosen": "messages|text", "rejected": "messages|text"}
+
+#: format -> column -> kind (``messages``, ``text``, ``messages|text``, ``number``, ``bool``).
+FORMAT_COLUMNS: dict[str, dict[str, str]] = {
+    "dpo": _PAIR,
+    "kto": {"prompt": "messages|text", "completion": "messages|text", "label": "bool"},
+    "reward": {**_PAIR, "margin": "number"},
+    "sft": {"messages": "messages"},
+    "grpo": {"prompt": "messages|text"},
+}
