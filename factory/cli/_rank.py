@@ -170,7 +170,7 @@ def power(db: Path | None, runs: tuple[str, str] | None, run_id: str | None, fie
              "low": report.ci_a[0], "high": report.ci_a[1]},
             {"label": paired.label_b, "k": report.k_b, "n": report.n, "rate": report.rate_b,
              "low": report.ci_b[0], "high": report.ci_b[1]},
-        ], plot, f"{paired.label_a} vs {paired.label_b}, paired by task (n={report.n})", verdict)
+        ], plot, f"{paired.label_a} vs {paired.label_b}, paired by task and branch (n={report.n})", verdict)
     if as_json:
         click.echo(dump_json({**report.to_dict(), "verdict": verdict, "arm_a": paired.label_a,
                               "arm_b": paired.label_b, "plot": str(plot) if plot else None}))
