@@ -4,9 +4,7 @@ Reading and validating a file (what ``factory export validate`` and every traine
 nor the store; the names that build exports resolve on first use (PEP 562).
 """
 
-from importlib import import_module
-from typing import Any
-
+from factory._lazy_exports import lazy_exports
 from factory.export._columns import FORMAT_COLUMNS
 from factory.export._files import FILE_KINDS, file_kind, iter_records, side_path, write_rows
 from factory.export._validate import validate_file
@@ -50,9 +48,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(import_module(f"factory.export.{_LAZY[name]}"), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'factory.export' has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _LAZY)

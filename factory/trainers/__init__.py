@@ -6,9 +6,7 @@ stays light: the trainer modules subclass TRL's configs, so they (and torch)
 are imported only when one of their names is first used.
 """
 
-from importlib import import_module
-from typing import Any
-
+from factory._lazy_exports import lazy_exports
 from factory.trainers._config import TrainerSettings, device_defaults
 from factory.trainers._data import TrainingData, load_training_data
 from factory.trainers._registry import TrainerEntry, load_trainer, register_trainer, trainer_entry, trainer_names
@@ -69,9 +67,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(import_module(f"factory.trainers.{_LAZY[name]}"), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'factory.trainers' has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _LAZY)
