@@ -41,9 +41,11 @@ def _marks_assistant_turns(tokenizer) -> bool:
         return False
     if has_generation_markers(template):
         return True
-    try:  # TRL ships marked training versions of common templates (Qwen, Llama, Gemma...) and swaps them in
+    # TRL ships marked training versions of common templates (Qwen, Llama, Gemma...) and swaps them in itself;
+    # for any other template it raises ValueError ("patching is not supported for this template").
+    try:
         return get_training_chat_template(tokenizer) is not None
-    except (ValueError, NotImplementedError):
+    except ValueError:
         return False
 
 
