@@ -106,10 +106,10 @@ class VerifierReward:
         from factory.rollouts import execute_tool, workspace_spec
         from factory.rollouts.models import parse_text_tool_calls
         from factory.rollouts.sandbox import create_sandbox
-        from factory.verifiers import BranchOutput
+        from factory.verifiers import BranchOutput, objective_pass
 
-        criteria = [c for c in self.pipeline.criteria(task) if c.verify_method != "judge"]
-        if not criteria:
+        # The pipeline holds no judge model, so every criterion it checks is an objective one.
+        if not self.pipeline.criteria(task):
             self.counts["unscored"] += 1
             return None
         prose, calls = parse_text_tool_calls(text, known_tools=self._tool_names)
@@ -130,16 +130,12 @@ class VerifierReward:
                     verdicts = await self.pipeline.verify(task, output, box)
             else:
                 verdicts = await self.pipeline.verify(task, BranchOutput(prose, [message], "ok"), None)
-        objective = [v for v in verdicts if v.verifier != "judge"]
-        if not objective:
-            self.counts["unscored"] += 1
-            return None
         self.counts["scored"] += 1
-        self.counts["objective_passes"] += all(v.ok for v in objective)
-        for verdict in objective:
+        self.counts["objective_passes"] += bool(objective_pass(verdicts))
+        for verdict in verdicts:
             self.counts[f"{verdict.verifier}_passes"] += verdict.ok
             self.counts[f"{verdict.verifier}_errors"] += verdict.status == "error"
-        return sum(v.score for v in objective) / len(objective)
+        return sum(v.score for v in verdicts) / len(verdicts)
 
     async def _score_all(self, texts: list[str], specs: list[str]) -> list[float | None]:
         gate = asyncio.Semaphore(self.concurrency)
