@@ -257,16 +257,19 @@ def load_policy(source: PolicySource, *, dtype: Any = None, trust_remote_code: b
 
 
 def apply_lora(model: Any, *, r: int = 16, alpha: int = 32, dropout: float = 0.05,
-               target_modules: list[str] | str | None = None) -> Any:
-    """Wrap a causal LM in a LoRA adapter; only the adapter's weights train.
+               target_modules: list[str] | str | None = None, task_type: str = "CAUSAL_LM") -> Any:
+    """Wrap a model in a LoRA adapter; only the adapter's weights (and a new task head) train.
 
     Args:
-        model: A transformers causal LM (not already a ``PeftModel``).
+        model: A transformers causal LM, or a scoring model with ``task_type="SEQ_CLS"`` (not already a
+            ``PeftModel``).
         r: Rank of the update matrices.
         alpha: Scaling numerator (the update is scaled by ``alpha / r``).
         dropout: Dropout on the adapter's input.
         target_modules: Module names to adapt (a list of names, or one peft regex); default ``"all-linear"``,
             every linear layer except the output head.
+        task_type: peft's task type: ``CAUSAL_LM``, or ``SEQ_CLS`` for a reward model, whose freshly
+            initialised ``score`` head then trains in full (peft's ``modules_to_save``).
 
     Returns:
         The ``peft.PeftModel``.
@@ -287,7 +290,7 @@ def apply_lora(model: Any, *, r: int = 16, alpha: int = 32, dropout: float = 0.0
         raise ConfigError(f"LoRA dropout must be in [0, 1), got {dropout}")
     if isinstance(model, PeftModel):
         raise ConfigError("the model already carries a LoRA adapter")
-    config = LoraConfig(task_type="CAUSAL_LM", r=r, lora_alpha=alpha, lora_dropout=dropout,
+    config = LoraConfig(task_type=task_type, r=r, lora_alpha=alpha, lora_dropout=dropout,
                         target_modules=target_modules or "all-linear")
     try:
         return get_peft_model(model, config)

@@ -73,14 +73,6 @@ def load_reward_model(source: PolicySource) -> tuple[Any, Any]:
     return scorer, tokenizer
 
 
-def _apply_reward_lora(model: Any, config: RewardConfig) -> Any:
-    from peft import LoraConfig, get_peft_model
-
-    lora = LoraConfig(task_type="SEQ_CLS", r=config.lora_r, lora_alpha=config.lora_alpha,
-                      lora_dropout=config.lora_dropout, target_modules=config.lora_target_modules or "all-linear")
-    return get_peft_model(model, lora)  # SEQ_CLS keeps the new head fully trainable (modules_to_save)
-
-
 def _objective(config: RewardConfig, data: TrainingData) -> str:
     if config.objective != "auto":
         return config.objective
@@ -128,5 +120,5 @@ def train_reward(config: RewardConfig) -> TrainResult:
         raise ConfigError(f"{data.path}: field 'chosen': missing; pairwise training needs the reward export's pairs")
     build = _regression if objective == "regression" else _pairwise
     return run_training("reward", config, ("reward", "reward-scalar"), build, load_model=load_reward_model,
-                        wrap_lora=lambda model: _apply_reward_lora(model, config), data=data,
+                        lora_task_type="SEQ_CLS", data=data,
                         extra_metrics={"objective": objective})

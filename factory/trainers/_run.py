@@ -38,7 +38,7 @@ class TrainResult:
         trainer: The trainer's name (``dpo``, ``kto``, ``sft``, ``reward``, ``grpo``).
         output_dir: Where everything was written.
         model_dir: The full checkpoint (merged, with LoRA) that ``factory fork --model hf:DIR`` loads; None for an
-            adapter saved without merging.
+            adapter saved without merging, and in the processes that do not write (see ``main_process``).
         adapter_dir: The LoRA adapter, when one was trained.
         metrics: Final figures: steps, train loss, first and last logged loss, runtime, steps/s, peak memory.
         log_history: Every log entry TRL wrote (loss, rewards, learning rate... per logging step).
@@ -180,7 +180,7 @@ BuildTrainer = Callable[[Any, Any, Any, TrainingData], Any]
 
 def run_training(name: str, config: Any, formats: str | tuple[str, ...], build_trainer: BuildTrainer, *,
                  load_model: Callable[[PolicySource], tuple[Any, Any]] | None = None,
-                 wrap_lora: Callable[[Any], Any] | None = None, data: TrainingData | None = None,
+                 lora_task_type: str = "CAUSAL_LM", data: TrainingData | None = None,
                  extra_metrics: dict[str, Any] | Callable[[], dict[str, Any]] | None = None) -> TrainResult:
     """Train with TRL on an export file and save what came out.
 
@@ -190,7 +190,7 @@ def run_training(name: str, config: Any, formats: str | tuple[str, ...], build_t
         formats: The export format(s) this trainer reads.
         build_trainer: ``(config, model, tokenizer, data) -> trainer``; the model is already LoRA-wrapped if asked.
         load_model: Loads the policy from its source (default: a causal LM and its tokenizer).
-        wrap_lora: Puts a LoRA adapter on the loaded model (default: a causal LM's).
+        lora_task_type: peft's task type for ``--lora`` (``SEQ_CLS`` for a reward model).
         data: Data already loaded (a trainer that had to look at it first); else loaded from ``config.data_file``.
         extra_metrics: Figures the trainer adds to the result's metrics (or a function read after training).
 
@@ -213,17 +213,15 @@ def run_training(name: str, config: Any, formats: str | tuple[str, ...], build_t
     source = resolve_policy(config.model_name_or_path)
     model, tokenizer = (load_model or load_policy)(source)
     if config.use_lora:
-        model = wrap_lora(model) if wrap_lora else apply_lora(
-            model, r=config.lora_r, alpha=config.lora_alpha, dropout=config.lora_dropout,
-            target_modules=config.lora_target_modules)
+        model = apply_lora(model, r=config.lora_r, alpha=config.lora_alpha, dropout=config.lora_dropout,
+                           target_modules=config.lora_target_modules, task_type=lora_task_type)
     trainer = build_trainer(config, model, tokenizer, data)
     started = time.perf_counter()
     output = trainer.train(resume_from_checkpoint=resume_from)
     seconds = time.perf_counter() - started
-    paths = {"adapter": str(output_dir / "adapter")} if config.use_lora else {}
-    if not config.use_lora or config.merge_adapter:
-        paths["model"] = str(output_dir / "model")
-    if trainer.is_world_process_zero():  # under accelerate every process holds the model; one writes it
+    main_process = trainer.is_world_process_zero()
+    paths: dict[str, str] = {}
+    if main_process:  # under accelerate every process holds the model; one writes it
         paths = save_policy(trainer.model, getattr(trainer, "processing_class", None) or tokenizer, output_dir,
                             merge=config.merge_adapter)
     history = _json_safe(list(trainer.state.log_history))
@@ -243,9 +241,8 @@ def run_training(name: str, config: Any, formats: str | tuple[str, ...], build_t
     }
     result = TrainResult(name, output_dir, Path(paths["model"]) if paths.get("model") else None,
                          Path(paths["adapter"]) if paths.get("adapter") else None, metrics, history, provenance,
-                         list(data.warnings))
-    result.main_process = trainer.is_world_process_zero()
-    if result.main_process:
+                         list(data.warnings), main_process=main_process)
+    if main_process:
         result.plot_path = _plot_losses(history, output_dir / "loss.png", f"factory train {name}: {data.path.name}")
         tmp = output_dir / f".{RESULT_FILE}.tmp"
         tmp.write_text(json.dumps(result.to_dict(), indent=2) + "\n", encoding="utf-8")
