@@ -5,8 +5,8 @@ nor the store; the names that build exports resolve on first use (PEP 562).
 """
 
 from factory._lazy_exports import lazy_exports
-from factory.export._columns import FORMAT_COLUMNS
-from factory.export._files import FILE_KINDS, file_kind, iter_records, side_path, write_rows
+from factory.export._columns import FORMAT_COLUMNS, SIDE_FILE_COLUMNS
+from factory.export._files import FILE_KINDS, MANIFEST_SUFFIX, file_kind, iter_records, side_path, write_rows
 from factory.export._validate import validate_file
 
 _LAZY = {
@@ -20,8 +20,10 @@ _LAZY = {
 __all__ = [
     "FILE_KINDS",
     "FORMAT_COLUMNS",
+    "MANIFEST_SUFFIX",
     "MESSAGE_JSON_SHAPE",
     "PAIR_STRATEGIES",
+    "SIDE_FILE_COLUMNS",
     "ExportFormat",
     "ExportOptions",
     "ExportResult",

@@ -7,7 +7,7 @@ imports neither.
 
 from __future__ import annotations
 
-__all__ = ["FORMAT_COLUMNS"]
+__all__ = ["FORMAT_COLUMNS", "SIDE_FILE_COLUMNS"]
 
 _PAIR = {"prompt": "messages|text", "chosen": "messages|text", "rejected": "messages|text"}
 
@@ -18,4 +18,10 @@ FORMAT_COLUMNS: dict[str, dict[str, str]] = {
     "reward": {**_PAIR, "margin": "number"},
     "sft": {"messages": "messages"},
     "grpo": {"prompt": "messages|text"},
+}
+
+#: ``FORMAT-TAG`` of a side file written beside a format's main file -> its columns: the reward format's
+#: scalar file (``data.scalar.jsonl``), which regression reward models train on.
+SIDE_FILE_COLUMNS: dict[str, dict[str, str]] = {
+    "reward-scalar": {"prompt": "messages|text", "completion": "messages|text", "reward": "number"},
 }

@@ -16,7 +16,7 @@ from typing import Any
 import polars as pl
 
 from factory.errors import ConfigError
-from factory.export._files import side_path, write_rows
+from factory.export._files import MANIFEST_SUFFIX, side_path, write_rows
 from factory.export._formats import ExportOptions, create_format
 from factory.export._source import ExportSource, load_source
 from factory.provenance import content_hash, file_sha256, git_sha, package_version
@@ -24,7 +24,6 @@ from factory.store import Store, utc_now
 
 __all__ = ["ExportResult", "export", "judge_objective_agreement", "write_dataset_card"]
 
-MANIFEST_SUFFIX = ".manifest.json"
 _CARD_MARK = "<!-- written by factory export: regenerated from the *.manifest.json files in this folder -->"
 
 

@@ -18,9 +18,11 @@ from factory.errors import ConfigError
 if TYPE_CHECKING:  # only for hints: reading and validating a file never import polars
     import polars as pl
 
-__all__ = ["FILE_KINDS", "file_kind", "iter_records", "side_path", "write_rows"]
+__all__ = ["FILE_KINDS", "MANIFEST_SUFFIX", "file_kind", "iter_records", "side_path", "write_rows"]
 
 FILE_KINDS = {".jsonl": "jsonl", ".parquet": "parquet"}
+#: ``FILE`` + this names the export manifest written beside ``FILE``.
+MANIFEST_SUFFIX = ".manifest.json"
 
 
 def file_kind(path: Path) -> str:

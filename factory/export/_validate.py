@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from factory.errors import ExportValidationError
-from factory.export._columns import FORMAT_COLUMNS
+from factory.export._columns import FORMAT_COLUMNS, SIDE_FILE_COLUMNS
 from factory.export._files import iter_records
 
 __all__ = ["validate_file"]
@@ -54,7 +54,10 @@ def _columns(format_name: str) -> dict[str, str]:
     """The format's columns, without importing the format implementations (polars, the store) where not needed.
 
     Formats are registered in ``_formats``; until it is imported nothing can have replaced a built-in one.
+    Side files (``reward-scalar``) are not formats of their own and have fixed columns.
     """
+    if format_name in SIDE_FILE_COLUMNS:
+        return SIDE_FILE_COLUMNS[format_name]
     if "factory.export._formats" not in sys.modules and format_name in FORMAT_COLUMNS:
         return FORMAT_COLUMNS[format_name]
     from factory.export._formats import create_format

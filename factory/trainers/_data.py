@@ -10,19 +10,16 @@ result depends on (dataset hash, runs, options hash).
 from __future__ import annotations
 
 import json
-import math
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from factory.errors import ConfigError, ExportValidationError
+from factory.errors import ConfigError
+from factory.export import MANIFEST_SUFFIX, file_kind, validate_file
 from factory.provenance import file_sha256
 
 __all__ = ["TrainingData", "load_training_data"]
-
-MANIFEST_SUFFIX = ".manifest.json"
-
 
 @dataclass
 class TrainingData:
@@ -83,32 +80,6 @@ def _read_manifest(path: Path) -> dict[str, Any]:
     return manifest
 
 
-def _check_scalar_rows(path: Path) -> int:
-    """The reward format's scalar file: ``prompt``, ``completion`` and a finite numeric ``reward`` on every row."""
-    from factory.export import iter_records
-
-    problems: list[str] = []
-    rows = 0
-    for line, record, error in iter_records(path):
-        if record is None:
-            problems.append(f"{path}:{line}: {error}")
-            continue
-        rows += 1
-        for name in ("prompt", "completion"):
-            if not record.get(name):
-                problems.append(f"{path}:{line}: field '{name}': missing or empty")
-        reward = record.get("reward")
-        if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
-            problems.append(f"{path}:{line}: field 'reward': must be a finite number, got {reward!r}")
-        if len(problems) >= 200:
-            break
-    if rows == 0 and not problems:
-        problems.append(f"{path}: no rows")
-    if problems:
-        raise ExportValidationError(str(path), problems)
-    return rows
-
-
 def load_training_data(path: str | Path, expected: str | tuple[str, ...]) -> TrainingData:
     """Validate and load an export file for a trainer.
 
@@ -120,8 +91,6 @@ def load_training_data(path: str | Path, expected: str | tuple[str, ...]) -> Tra
         ConfigError: Missing file, wrong format for this trainer (per the manifest), unreadable manifest.
         ExportValidationError: Rows that break the format, each named by file, line and field.
     """
-    from factory.export import file_kind, validate_file
-
     path = Path(path)
     expected = (expected,) if isinstance(expected, str) else tuple(expected)
     if not path.is_file():
@@ -138,10 +107,7 @@ def load_training_data(path: str | Path, expected: str | tuple[str, ...]) -> Tra
     else:
         fmt, recorded = expected[0], None
         warnings.append(f"{path}: no export manifest beside it; provenance (dataset hash, runs) is not recorded")
-    if fmt == "reward-scalar":
-        _check_scalar_rows(path)
-    else:
-        validate_file(path, fmt)
+    validate_file(path, fmt)
     digest = "sha256:" + file_sha256(path)  # the manifest's spelling
     if recorded and recorded != digest:
         warnings.append(f"{path}: changed since it was exported ({digest[:19]}... here, {recorded[:19]}... in the "

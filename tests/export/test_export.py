@@ -261,3 +261,14 @@ def test_export_cli(exported_run, tmp_path):
     assert missing.returncode == 1 and missing.stderr.startswith("error: no run nope")
     both = cli("dpo", "--run", "r1", "--runs", "r1,r2", "--out", str(tmp_path / "x.jsonl"), "--db", str(exported_run))
     assert both.returncode == 2 and "exactly one of --run" in both.stderr
+
+
+def test_the_reward_scalar_file_validates_as_its_own_side_file(exported_run, tmp_path):
+    run_export(exported_run, "reward", tmp_path / "reward.jsonl")
+    scalar = tmp_path / "reward.scalar.jsonl"
+    assert validate_file(scalar, "reward-scalar") == len(scalar.read_text().splitlines())
+    record = json.loads(scalar.read_text().splitlines()[0])
+    bad = tmp_path / "bad.scalar.jsonl"
+    bad.write_text(json.dumps({**record, "reward": "high"}) + "\n")
+    with pytest.raises(ExportValidationError, match=rf"{bad}:1: field 'reward': expected a finite number"):
+        validate_file(bad, "reward-scalar")
