@@ -163,7 +163,9 @@ def _print(result) -> None:
                f"(train loss {m['train_loss']})")
     if "last_reward" in m:
         click.echo(f"reward {m['first_reward']} -> {m['last_reward']}")
-    click.echo(f"model: {result.model_dir}  (fork it: factory fork TASKS --model hf:{result.model_dir})")
+    if result.model_dir:  # a reward model scores conversations; only a policy can be forked
+        hint = "" if result.trainer == "reward" else f"  (fork it: factory fork TASKS --model hf:{result.model_dir})"
+        click.echo(f"model: {result.model_dir}{hint}")
     if result.adapter_dir:
         click.echo(f"adapter: {result.adapter_dir}")
     click.echo(f"result: {result.output_dir / 'train_result.json'}" +
