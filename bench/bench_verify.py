@@ -61,7 +61,7 @@ from pathlib import Path
 
 from _results import print_table, record, verdict  # bench/ is on sys.path
 
-from factory.rollouts.sandbox import NoSandboxWarning, Sandbox, SandboxSpec, create_sandbox
+from factory.sandbox import NoSandboxWarning, Sandbox, SandboxSpec, create_sandbox
 from factory.tasks import Task
 from factory.verifiers import BranchOutput, TestsVerifier, Verdict, VerifyContext, criteria_for, run_verifier
 from factory.verifiers._pytest_guard import GUARD_SOURCE

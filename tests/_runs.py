@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from factory.rollouts import ForkConfig, RolloutForkRunner
-from factory.rollouts.models import create_model
+from factory.models import create_model
 from factory.store import Store
 from factory.tasks import Task
 from factory.verifiers import VerificationPipeline

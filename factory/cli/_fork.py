@@ -20,7 +20,7 @@ __all__ = ["build_pipeline", "fork", "parse_temperatures"]
 def build_pipeline(config, policy_spec: str, judge_spec: str | None, samples: int, budget: int | None,
                    base_url: str | None, hack_penalty: float = 0.4):
     """The verification pipeline of a run: objective verifiers, plus the judge when a judge model is given."""
-    from factory.rollouts.models import ModelOptions, ResilientModel, create_model
+    from factory.models import ModelOptions, ResilientModel, create_model
     from factory.verifiers import (
         JudgeBudget,
         JudgeSameAsPolicyWarning,
@@ -115,8 +115,8 @@ def fork(tasks_file: Path | None, branches: int, model_spec: str | None, base_ur
     """
     from factory.errors import ConfigError
     from factory.rollouts import AgentConfig, ForkConfig, RolloutForkRunner, fork_summary
-    from factory.rollouts.models import AdaptiveLimiter, ModelOptions, RecordingModel, ResilientModel, create_model
-    from factory.rollouts.sandbox import NoSandboxWarning, SandboxLimits, default_sandbox_name, sandbox_names
+    from factory.models import AdaptiveLimiter, ModelOptions, RecordingModel, ResilientModel, create_model
+    from factory.sandbox import NoSandboxWarning, SandboxLimits, default_sandbox_name, sandbox_names
     from factory.store import Store
     from factory.tasks import load_tasks
 

@@ -21,7 +21,7 @@ async def _judge_pairs(store, run_id: str, judge_spec: str, pairs_per_task: int)
     import itertools
     import json
 
-    from factory.rollouts.models import ModelOptions, ResilientModel, create_model
+    from factory.models import ModelOptions, ResilientModel, create_model
     from factory.tasks import Task
     from factory.verifiers import BranchOutput, Criterion, ScalarLLMJudgeVerifier, VerificationPipeline
 

@@ -33,7 +33,7 @@ def _pipeline(verifiers: tuple[str, ...], judge_spec: str | None, samples: int, 
               hack_penalty: float = 0.4):
     from factory.cli._fork import build_pipeline
     from factory.rollouts import ForkConfig
-    from factory.rollouts.sandbox import SandboxLimits
+    from factory.sandbox import SandboxLimits
 
     config = ForkConfig(sandbox=sandbox, limits=SandboxLimits())
     pipeline = build_pipeline(config, policy or "", judge_spec, samples, None, base_url=None,

@@ -317,6 +317,16 @@ class RolloutMemoryStore:
         vector = self.embedder.embed([task_text])[0]
         return self.backend.search(vector, k, self.embedder.name, self.embedder.dim)
 
+    def prime(self, task_text: str, k: int) -> str:
+        """The system-prompt section of the k winners most similar to ``task_text`` (a ``BranchPrimer``)."""
+        return format_as_system_prompt(self.retrieve(task_text, k))
+
+    def describe(self) -> dict[str, Any]:
+        """Embedder, backend and size at the start of a run (a ``BranchPrimer``); a resume reopens the same."""
+        return {"embedder": self.embedder.name, "dim": self.embedder.dim,
+                "backend": getattr(self.backend, "spec", type(self.backend).__name__),
+                "memories_at_start": self.backend.count()}
+
     def stats(self) -> dict[str, Any]:
         """Counts: memories, discards by reason, embedders."""
         discards: dict[str, int] = {}

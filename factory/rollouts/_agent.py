@@ -19,10 +19,10 @@ from datetime import datetime, timezone
 from typing import Any
 
 from factory.errors import FactoryError, ModelError, SandboxError
-from factory.rollouts._summarize import summarize_tool_output
+from factory.sandbox import summarize_tool_output
 from factory.rollouts._tools import AGENT_TOOLS, execute_tool
-from factory.rollouts.models import ChatModel, Message, Usage
-from factory.rollouts.sandbox import Sandbox
+from factory.models import ChatModel, Message, Usage
+from factory.sandbox import Sandbox
 from factory.tasks import Task
 
 __all__ = ["AgentConfig", "AgentResult", "BranchStatus", "ToolCallingAgent"]

@@ -26,22 +26,37 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, runtime_checkable
 
 from factory.errors import ConfigError, RunError
 from factory.provenance import content_hash, git_sha, package_version
 from factory.rollouts._agent import AgentConfig, AgentResult, BranchStatus, ToolCallingAgent
-from factory.rollouts._workspace import snapshot_workspace
-from factory.rollouts.models import ChatModel, Usage
-from factory.rollouts.sandbox import SandboxLimits, SandboxSpec, create_sandbox
+from factory.models import ChatModel, Usage
+from factory.sandbox import SandboxLimits, SandboxSpec, create_sandbox, snapshot_workspace
 from factory.store import Store, utc_now
 from factory.tasks import Task, dataset_hash
 
-if TYPE_CHECKING:  # verifiers import rollouts (sandboxes, models); the runner imports them when it runs
-    from factory.memory import RolloutMemoryStore
-    from factory.verifiers import BranchOutput, VerificationPipeline
+from factory.verifiers import BranchOutput, VerificationPipeline, objective_pass, verdict_events
 
-__all__ = ["BranchResult", "ForkConfig", "RolloutForkRunner", "branch_sampling", "new_run_id"]
+__all__ = ["BranchPrimer", "BranchResult", "ForkConfig", "RolloutForkRunner", "branch_sampling", "new_run_id"]
+
+
+@runtime_checkable
+class BranchPrimer(Protocol):
+    """What primes a task's branches: a system-prompt section per task.
+
+    The runner sits below memory in the layers, so it names only what it
+    needs; :class:`factory.memory.RolloutMemoryStore` implements it, and the
+    CLI wires one in.
+    """
+
+    def prime(self, task_text: str, k: int) -> str:
+        """The system-prompt section for a task (empty: nothing to add)."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """What a resume needs to reopen the same primer (recorded in the run manifest)."""
+        ...
 
 
 def new_run_id() -> str:
@@ -147,9 +162,8 @@ class BranchResult:
 
     @property
     def objective_pass(self) -> bool | None:
-        """Every non-judge verdict passed (None: not verified objectively)."""
-        objective = [v for v in self.verdicts if v.verifier != "judge"]
-        return all(v.ok for v in objective) if objective else None
+        """Every objective verdict passed (None: not verified objectively)."""
+        return objective_pass(self.verdicts)
 
     def branch_row(self) -> dict[str, Any]:
         """The ``branches`` table row."""
@@ -174,8 +188,6 @@ class BranchResult:
 
 
 def _output(result: AgentResult) -> BranchOutput:
-    from factory.verifiers import BranchOutput
-
     return BranchOutput(result.final_answer, result.messages, result.status)
 
 
@@ -194,11 +206,12 @@ class RolloutForkRunner:
         pipeline: Verifies each branch as soon as it finishes, in its own
             sandbox before the sandbox closes (None: no verification).
         memory: Primes each task's branches with the ``config.memory_k`` most
-            similar stored winners (recorded in each branch's ``run_start`` event).
+            similar stored winners (recorded in each branch's ``run_start`` event);
+            any :class:`BranchPrimer`.
     """
 
     def __init__(self, model: ChatModel, store: Store, config: ForkConfig, run_id: str | None = None,
-                 pipeline: VerificationPipeline | None = None, memory: RolloutMemoryStore | None = None):
+                 pipeline: VerificationPipeline | None = None, memory: BranchPrimer | None = None):
         self.model = model
         self.store = store
         self.config = config
@@ -228,10 +241,7 @@ class RolloutForkRunner:
             "sandbox": self.config.sandbox,
             "limits": asdict(self.config.limits),
             "memory": None if self.memory is None or not self.config.memory_k else {
-                "k": self.config.memory_k, "embedder": self.memory.embedder.name, "dim": self.memory.embedder.dim,
-                # a resume reopens the same memory
-                "backend": getattr(self.memory.backend, "spec", type(self.memory.backend).__name__),
-                "memories_at_start": self.memory.backend.count()},
+                "k": self.config.memory_k, **self.memory.describe()},
             "package_version": package_version(),
             "git_sha": git_sha(Path(__file__).resolve().parent),
             "python": platform.python_version(),
@@ -278,10 +288,7 @@ class RolloutForkRunner:
         """Per task, the memories section of the system prompt (None without memory)."""
         if self.memory is None or not self.config.memory_k:
             return {}
-        from factory.memory import format_as_system_prompt
-
-        return {t.id: format_as_system_prompt(self.memory.retrieve(t.prompt, self.config.memory_k)) or None
-                for t in tasks}
+        return {t.id: self.memory.prime(t.prompt, self.config.memory_k) or None for t in tasks}
 
     async def _run_branch(self, task: Task, index: int, temperature: float, seed: int,
                           primer: str | None = None) -> BranchResult:
@@ -313,8 +320,6 @@ class RolloutForkRunner:
                 error=f"{type(exc).__name__}: {exc}")
             verdicts = []
         if verdicts:
-            from factory.verifiers import verdict_events
-
             events = result.events + verdict_events(verdicts, start_seq=len(result.events))
         else:
             events = result.events
@@ -334,8 +339,6 @@ class RolloutForkRunner:
             self.store.write_branches(rows, events)
             for r in results:
                 if r.verdicts:
-                    from factory.verifiers import VerificationPipeline
-
                     VerificationPipeline.store(self.store, r.run_id, r.task_id, r.branch_index, r.verdicts)
 
     async def run(

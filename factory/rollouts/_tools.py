@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from factory.errors import SandboxPathError
-from factory.rollouts.models import ToolCall, ToolSpec
-from factory.rollouts.sandbox import Sandbox
+from factory.models import ToolCall, ToolSpec
+from factory.sandbox import Sandbox
 
 __all__ = ["AGENT_TOOLS", "ToolOutcome", "execute_tool"]
 

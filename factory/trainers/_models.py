@@ -96,7 +96,7 @@ def resolve_policy(spec: str) -> PolicySource:
     """
     text = spec.strip()
     if text in _DEFAULT_SPECS:
-        from factory.rollouts.models import DEFAULT_WEIGHTS, ensure_weights
+        from factory.models import DEFAULT_WEIGHTS, ensure_weights
 
         return PolicySource(spec=spec, kind="gguf", path=str(ensure_weights()), sha256=DEFAULT_WEIGHTS.sha256)
     for prefix in _GGUF_PREFIXES:
@@ -187,7 +187,7 @@ def _load_errors() -> tuple[type[BaseException], ...]:
 
 
 def _gguf_chat_template(path: Path) -> str | None:
-    from factory.rollouts.models import read_gguf_metadata
+    from factory.models import read_gguf_metadata
 
     template = read_gguf_metadata(path).get("tokenizer.chat_template")
     return template if isinstance(template, str) and template.strip() else None

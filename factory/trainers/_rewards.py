@@ -81,7 +81,7 @@ class VerifierReward:
     def __init__(self, sandbox: str = "bwrap", *, verifiers: Sequence[str] | None = None, concurrency: int = 2,
                  tool_timeout_s: float = 30.0):
         from factory.rollouts import AGENT_TOOLS
-        from factory.rollouts.sandbox import sandbox_names
+        from factory.sandbox import sandbox_names
         from factory.verifiers import VerificationPipeline
 
         if sandbox not in sandbox_names():
@@ -103,9 +103,10 @@ class VerifierReward:
         return self._tasks[spec]
 
     async def _score(self, task: Task, text: str, gate: asyncio.Semaphore) -> float | None:
-        from factory.rollouts import execute_tool, workspace_spec
-        from factory.rollouts.models import parse_text_tool_calls
-        from factory.rollouts.sandbox import create_sandbox
+        from factory.rollouts import execute_tool
+        from factory.sandbox import workspace_spec
+        from factory.models import parse_text_tool_calls
+        from factory.sandbox import create_sandbox
         from factory.verifiers import BranchOutput, objective_pass
 
         # The pipeline holds no judge model, so every criterion it checks is an objective one.

@@ -17,10 +17,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from factory.errors import ConfigError
+from factory.sandbox import Sandbox
 from factory.tasks import Task
 
-if TYPE_CHECKING:  # rollouts imports verifiers at run time; only types flow this way
-    from factory.rollouts.sandbox import Sandbox
 
 __all__ = [
     "STATUSES",

@@ -11,6 +11,7 @@ import unicodedata
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
+from factory.sandbox import summarize_tool_output
 from factory.verifiers._base import Verdict, VerifyContext, register_verifier
 
 __all__ = [
@@ -167,8 +168,6 @@ class BuildVerifier:
             return Verdict.make(self, "error", 0.0, code="no_sandbox")
         result = await ctx.sandbox.exec(command, timeout=self.timeout_s)
         status = "pass" if result.ok else "fail"
-        from factory.rollouts import summarize_tool_output
-
         return Verdict.make(self, status, 1.0 if result.ok else 0.0, code="ok" if result.ok else "build_failed",
                             exit_code=result.exit_code, timed_out=result.timed_out,
                             output=summarize_tool_output(result.describe()))

@@ -27,7 +27,7 @@ from factory.verifiers._base import (
 )
 
 if TYPE_CHECKING:
-    from factory.rollouts.sandbox import Sandbox
+    from factory.sandbox import Sandbox
 
 __all__ = ["VerificationPipeline", "objective_pass", "verdict_events"]
 

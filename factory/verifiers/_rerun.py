@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from factory.errors import ConfigError, TaskFileError, TaskProblem
+from factory.sandbox import create_sandbox, workspace_spec
 from factory.store import Store
 from factory.tasks import Task
 from factory.verifiers._base import BranchOutput, Verdict
@@ -25,9 +26,6 @@ __all__ = ["GoldenCase", "GoldenReport", "load_golden", "run_golden", "verify_st
 async def _verify_in_workspace(pipeline: VerificationPipeline, task: Task, output: BranchOutput,
                                workspace: dict[str, Any] | None, sandbox_name: str,
                                commands: tuple[str, ...] = ()) -> list[Verdict]:
-    from factory.rollouts import workspace_spec
-    from factory.rollouts.sandbox import create_sandbox
-
     if not pipeline.needs_sandbox(task):
         return await pipeline.verify(task, output, None)
     async with create_sandbox(sandbox_name, workspace_spec(task, workspace)) as sandbox:

@@ -40,7 +40,7 @@ from factory.verifiers._base import Verdict, VerifyContext, register_verifier
 from factory.verifiers._pytest_guard import GUARD_SOURCE, GUARD_VERSION
 
 if TYPE_CHECKING:  # imported lazily: rollouts imports verifiers
-    from factory.rollouts.sandbox import Sandbox, SandboxLimits
+    from factory.sandbox import Sandbox, SandboxLimits
 
 __all__ = ["PytestReport", "TestsVerifier", "parse_junit_xml", "scan_workspace"]
 
@@ -189,7 +189,7 @@ class TestsVerifier:
         self.timeout_s = timeout_s
         self.reference_sandbox = reference_sandbox
         if limits is None:
-            from factory.rollouts.sandbox import SandboxLimits
+            from factory.sandbox import SandboxLimits
 
             limits = SandboxLimits(timeout_s=timeout_s)
         self.limits = limits
@@ -223,7 +223,7 @@ class TestsVerifier:
         return await self._references[key]
 
     async def _run_reference(self, task: Task, args: list[str]) -> PytestReport | None:
-        from factory.rollouts.sandbox import SandboxSpec, create_sandbox
+        from factory.sandbox import SandboxSpec, create_sandbox
 
         spec = SandboxSpec(files=task.files, readonly_files=task.tests, limits=self.limits)
         try:

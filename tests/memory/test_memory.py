@@ -19,7 +19,7 @@ from factory.memory import (
     format_as_system_prompt,
 )
 from factory.rollouts import ForkConfig, RolloutForkRunner
-from factory.rollouts.models import create_model
+from factory.models import create_model
 from factory.store import Store
 from factory.tasks import Task
 from factory.verifiers import VerificationPipeline

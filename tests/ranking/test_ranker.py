@@ -12,7 +12,7 @@ import pytest
 from factory.errors import ConfigError
 from factory.ranking import BranchRecord, PairwiseOutcome, RolloutRanker, pair_arms, split_by_field
 from factory.rollouts import ForkConfig, RolloutForkRunner
-from factory.rollouts.models import create_model
+from factory.models import create_model
 from factory.store import Store
 from factory.tasks import Task
 from factory.verifiers import VerificationPipeline

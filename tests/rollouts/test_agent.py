@@ -6,8 +6,8 @@ import asyncio
 import json
 
 from factory.rollouts import AgentConfig, BranchStatus, ToolCallingAgent
-from factory.rollouts.models import create_model
-from factory.rollouts.sandbox import SandboxSpec, create_sandbox
+from factory.models import create_model
+from factory.sandbox import SandboxSpec, create_sandbox
 from factory.tasks import Task
 from tests.rollouts.conftest import FIX_FACTORIAL
 

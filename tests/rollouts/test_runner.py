@@ -11,7 +11,7 @@ import pytest
 
 from factory.errors import ConfigError, RunError
 from factory.rollouts import ForkConfig, RolloutForkRunner, branch_sampling
-from factory.rollouts.models import create_model
+from factory.models import create_model
 from factory.store import Store
 from factory.tasks import Task, dataset_hash
 from tests.rollouts.conftest import FIX_FACTORIAL

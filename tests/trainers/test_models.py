@@ -16,7 +16,7 @@ transformers = pytest.importorskip("transformers", reason="transformers (the 'tr
 peft = pytest.importorskip("peft", reason="peft (the 'train' extra) is not installed")
 
 from factory.errors import ConfigError, ModelConfigError  # noqa: E402
-from factory.rollouts.models import DEFAULT_WEIGHTS  # noqa: E402
+from factory.models import DEFAULT_WEIGHTS  # noqa: E402
 from factory.trainers._models import (  # noqa: E402
     PolicySource,
     apply_lora,

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from factory.rollouts.models import ChatModel, ModelOptions, ResilientModel, RetryPolicy, create_model
+from factory.models import ChatModel, ModelOptions, ResilientModel, RetryPolicy, create_model
 from factory.tasks import Task
 from factory.verifiers._base import (
     BranchOutput,

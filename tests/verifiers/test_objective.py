@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from factory.rollouts.sandbox import SandboxSpec, create_sandbox
+from factory.sandbox import SandboxSpec, create_sandbox
 from factory.tasks import Task
 from factory.verifiers import (
     AnswerVerifier,

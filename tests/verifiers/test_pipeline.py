@@ -9,7 +9,7 @@ import sys
 from typing import ClassVar
 
 from factory.rollouts import ForkConfig, RolloutForkRunner
-from factory.rollouts.models import create_model
+from factory.models import create_model
 from factory.store import Store
 from factory.verifiers import AnswerVerifier, TestsVerifier, VerificationPipeline, verify_stored_run
 from tests.rollouts.conftest import FIX_FACTORIAL
@@ -93,7 +93,7 @@ def test_verify_golden_cli_reports_false_negatives_and_positives():
 
 
 def test_verify_calibrate_cli_on_a_judged_run(tmp_path, replay_file):
-    from factory.rollouts.models import ModelOptions
+    from factory.models import ModelOptions
     from factory.verifiers import ScalarLLMJudgeVerifier
     from tests.rollouts.wire_server import Reply, WireServer
 

@@ -54,8 +54,8 @@ def test_exploit_never_passes(case, sandbox):
 
 def test_hack_penalty_and_details():
     case = next(c for c in EXPLOITS if c.id == "read-expected-values-from-tests")
-    from factory.rollouts import workspace_spec
-    from factory.rollouts.sandbox import create_sandbox
+    from factory.sandbox import workspace_spec
+    from factory.sandbox import create_sandbox
 
     async def go():
         async with create_sandbox("bwrap", workspace_spec(case.task, case.workspace)) as sandbox:
@@ -73,7 +73,7 @@ def test_hack_penalty_and_details():
 def test_non_pytest_command_is_judged_by_exit_code():
     task = Task(id="sh", prompt="p", files={"ok.sh": "exit 0\n"}, tests={"check.sh": "test -f ok.sh\n"},
                 test_command="sh check.sh")
-    from factory.rollouts.sandbox import SandboxSpec, create_sandbox
+    from factory.sandbox import SandboxSpec, create_sandbox
 
     async def go():
         async with create_sandbox("bwrap", SandboxSpec(files=task.files, readonly_files=task.tests)) as sandbox:

@@ -15,7 +15,7 @@ import warnings
 import pytest
 
 from factory.errors import SandboxPathError
-from factory.rollouts.sandbox import (
+from factory.sandbox import (
     Guarantee,
     NoSandboxWarning,
     SandboxLimits,

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from factory.errors import ModelError, RateLimitError
-from factory.rollouts.models._base import ChatModel, ChatResponse, Message, ToolSpec
+from factory.models._base import ChatModel, ChatResponse, Message, ToolSpec
 
 __all__ = ["AdaptiveLimiter", "ResilientModel", "RetryPolicy"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from factory.rollouts import summarize_tool_output
+from factory.sandbox import summarize_tool_output
 
 
 def test_short_output_is_verbatim():

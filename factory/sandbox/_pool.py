@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Callable
 
 from factory.errors import SandboxError
-from factory.rollouts.sandbox._base import Sandbox
+from factory.sandbox._base import Sandbox
 
 __all__ = ["SandboxPool"]
 

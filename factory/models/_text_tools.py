@@ -19,7 +19,7 @@ import re
 from typing import Any
 
 from factory.errors import ModelConfigError
-from factory.rollouts.models._base import Message, ToolCall, ToolSpec
+from factory.models._base import Message, ToolCall, ToolSpec
 
 __all__ = ["parse_text_tool_calls", "render_chat_template"]
 

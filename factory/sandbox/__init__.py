@@ -6,7 +6,7 @@ Backends register by name (``--sandbox``): ``bwrap`` (default on Linux),
 
 import sys
 
-from factory.rollouts.sandbox._base import (
+from factory.sandbox._base import (
     ExecResult,
     Guarantee,
     Sandbox,
@@ -16,11 +16,13 @@ from factory.rollouts.sandbox._base import (
     register_sandbox,
     sandbox_names,
 )
-from factory.rollouts.sandbox._bwrap import BwrapSandbox
-from factory.rollouts.sandbox._docker import DockerSandbox, docker_available
-from factory.rollouts.sandbox._host import HostWorkspace, processes_of, run_limited, sandbox_environment
-from factory.rollouts.sandbox._none import NoSandbox, NoSandboxWarning
-from factory.rollouts.sandbox._pool import SandboxPool
+from factory.sandbox._bwrap import BwrapSandbox
+from factory.sandbox._docker import DockerSandbox, docker_available
+from factory.sandbox._host import HostWorkspace, processes_of, run_limited, sandbox_environment
+from factory.sandbox._none import NoSandbox, NoSandboxWarning
+from factory.sandbox._pool import SandboxPool
+from factory.sandbox._summarize import summarize_tool_output
+from factory.sandbox._workspace import snapshot_workspace, workspace_spec
 
 __all__ = [
     "BwrapSandbox",
@@ -42,6 +44,9 @@ __all__ = [
     "run_limited",
     "sandbox_environment",
     "sandbox_names",
+    "snapshot_workspace",
+    "summarize_tool_output",
+    "workspace_spec",
 ]
 
 

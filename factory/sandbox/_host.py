@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from factory.errors import SandboxError, SandboxPathError
-from factory.rollouts.sandbox._base import ExecResult, SandboxLimits
+from factory.sandbox._base import ExecResult, SandboxLimits
 
 __all__ = ["HostWorkspace", "processes_of", "run_limited", "sandbox_environment"]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from factory.rollouts.sandbox import Sandbox, SandboxLimits, SandboxSpec
+from factory.sandbox._base import Sandbox, SandboxLimits, SandboxSpec
 from factory.tasks import Task
 
 __all__ = ["snapshot_workspace", "workspace_spec"]

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from factory.errors import ModelConfigError
-from factory.rollouts.models import (
+from factory.models import (
     DEFAULT_WEIGHTS,
     ModelOptions,
     ToolSpec,
@@ -34,7 +34,7 @@ def default_gguf(weights_cache):
 
 @pytest.fixture(scope="module")
 def local_model(default_gguf):
-    from factory.rollouts.models import LocalChatModel
+    from factory.models import LocalChatModel
 
     model = LocalChatModel(default_gguf, ModelOptions(threads=2, context=2048), "local")
     yield model

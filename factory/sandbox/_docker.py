@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from factory.errors import SandboxError, SandboxPathError, SandboxUnavailableError
-from factory.rollouts.sandbox._base import ExecResult, Guarantee, Sandbox, SandboxSpec, register_sandbox
-from factory.rollouts.sandbox._host import sandbox_environment
+from factory.sandbox._base import ExecResult, Guarantee, Sandbox, SandboxSpec, register_sandbox
+from factory.sandbox._host import sandbox_environment
 
 __all__ = ["DockerSandbox", "docker_available"]
 

@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from factory.errors import SandboxError, SandboxUnavailableError
-from factory.rollouts.sandbox._base import ExecResult, Guarantee, Sandbox, SandboxSpec, register_sandbox
-from factory.rollouts.sandbox._host import HostWorkspace, processes_of, run_limited, sandbox_environment
+from factory.sandbox._base import ExecResult, Guarantee, Sandbox, SandboxSpec, register_sandbox
+from factory.sandbox._host import HostWorkspace, processes_of, run_limited, sandbox_environment
 
 __all__ = ["BwrapSandbox"]
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from factory.errors import MalformedResponseError, ModelConfigError
-from factory.rollouts.models._base import (
+from factory.models._base import (
     ChatResponse,
     Message,
     ModelOptions,
@@ -21,8 +21,8 @@ from factory.rollouts.models._base import (
     Usage,
     register_model,
 )
-from factory.rollouts.models._http_errors import sdk_errors
-from factory.rollouts.models._pricing import cost_usd
+from factory.models._http_errors import sdk_errors
+from factory.models._pricing import cost_usd
 
 __all__ = ["AnthropicChatModel", "to_anthropic_messages"]
 

@@ -4,9 +4,9 @@ Providers import their SDKs only when a model is created, and translate SDK
 errors into the :class:`~factory.errors.ModelError` tree.
 """
 
-from factory.rollouts.models import _anthropic, _hf, _local, _openai, _replay, _vllm  # noqa: F401  (registration)
-from factory.rollouts.models._anthropic import AnthropicChatModel, to_anthropic_messages
-from factory.rollouts.models._base import (
+from factory.models import _anthropic, _hf, _local, _openai, _replay, _vllm  # noqa: F401  (registration)
+from factory.models._anthropic import AnthropicChatModel, to_anthropic_messages
+from factory.models._base import (
     ChatModel,
     ChatResponse,
     Message,
@@ -18,17 +18,17 @@ from factory.rollouts.models._base import (
     model_prefixes,
     register_model,
 )
-from factory.rollouts.models._gguf import read_gguf_metadata
-from factory.rollouts.models._hf import HFChatModel
-from factory.rollouts.models._http_errors import error_for_status, retry_after_seconds, sdk_errors
-from factory.rollouts.models._local import LocalChatModel
-from factory.rollouts.models._openai import OpenAIChatModel, to_openai_messages
-from factory.rollouts.models._pricing import PRICES_PER_MTOK, cost_usd
-from factory.rollouts.models._replay import RecordingModel, ReplayModel, request_key
-from factory.rollouts.models._resilience import AdaptiveLimiter, ResilientModel, RetryPolicy
-from factory.rollouts.models._text_tools import parse_text_tool_calls, render_chat_template
-from factory.rollouts.models._vllm import BatchRequest, MicroBatcher, VLLMChatModel
-from factory.rollouts.models._weights import DEFAULT_WEIGHTS, QWEN_NOTICE, GGUFWeights, ensure_weights
+from factory.models._gguf import read_gguf_metadata
+from factory.models._hf import HFChatModel
+from factory.models._http_errors import error_for_status, retry_after_seconds, sdk_errors
+from factory.models._local import LocalChatModel
+from factory.models._openai import OpenAIChatModel, to_openai_messages
+from factory.models._pricing import PRICES_PER_MTOK, cost_usd
+from factory.models._replay import RecordingModel, ReplayModel, request_key
+from factory.models._resilience import AdaptiveLimiter, ResilientModel, RetryPolicy
+from factory.models._text_tools import parse_text_tool_calls, render_chat_template
+from factory.models._vllm import BatchRequest, MicroBatcher, VLLMChatModel
+from factory.models._weights import DEFAULT_WEIGHTS, QWEN_NOTICE, GGUFWeights, ensure_weights
 
 __all__ = [
     "DEFAULT_WEIGHTS",

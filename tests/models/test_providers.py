@@ -18,7 +18,7 @@ from factory.errors import (
     RateLimitError,
     ReplayMissError,
 )
-from factory.rollouts.models import (
+from factory.models import (
     AdaptiveLimiter,
     ChatModel,
     ChatResponse,

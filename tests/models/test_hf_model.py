@@ -11,7 +11,7 @@ import pytest
 
 from factory.errors import ModelConfigError, ModelError
 from factory.rollouts import AGENT_TOOLS
-from factory.rollouts.models import ChatResponse, HFChatModel, ModelOptions, create_model
+from factory.models import ChatResponse, HFChatModel, ModelOptions, create_model
 from factory.store import Store
 
 pytest.importorskip("transformers", reason="transformers (the 'train' extra) is not installed")

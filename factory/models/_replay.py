@@ -26,7 +26,7 @@ from typing import Any
 
 from factory.errors import ModelConfigError, ReplayMissError
 from factory.provenance import content_hash
-from factory.rollouts.models._base import ChatModel, ChatResponse, Message, ModelOptions, ToolSpec, register_model
+from factory.models._base import ChatModel, ChatResponse, Message, ModelOptions, ToolSpec, register_model
 
 __all__ = ["RecordingModel", "ReplayModel", "request_key"]
 

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from factory.errors import ModelConfigError, ModelError
-from factory.rollouts.models._base import ChatResponse, Message, ModelOptions, ToolSpec, Usage, register_model
-from factory.rollouts.models._gguf import read_gguf_metadata
-from factory.rollouts.models._text_tools import parse_text_tool_calls, render_chat_template
-from factory.rollouts.models._weights import ensure_weights
+from factory.models._base import ChatResponse, Message, ModelOptions, ToolSpec, Usage, register_model
+from factory.models._gguf import read_gguf_metadata
+from factory.models._text_tools import parse_text_tool_calls, render_chat_template
+from factory.models._weights import ensure_weights
 
 __all__ = ["LocalChatModel"]
 

@@ -2,7 +2,7 @@
 
 ``--base-url`` points it at vLLM's, llama.cpp's or Ollama's OpenAI-compatible
 endpoint; without an API key there, a placeholder is sent. The SDK's own
-retries are off: :class:`~factory.rollouts.models.ResilientModel` retries.
+retries are off: :class:`~factory.models.ResilientModel` retries.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from factory.errors import MalformedResponseError, ModelConfigError
-from factory.rollouts.models._base import (
+from factory.models._base import (
     ChatResponse,
     Message,
     ModelOptions,
@@ -22,8 +22,8 @@ from factory.rollouts.models._base import (
     Usage,
     register_model,
 )
-from factory.rollouts.models._http_errors import sdk_errors
-from factory.rollouts.models._pricing import cost_usd
+from factory.models._http_errors import sdk_errors
+from factory.models._pricing import cost_usd
 
 __all__ = ["OpenAIChatModel", "to_openai_messages"]
 

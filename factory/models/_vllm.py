@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from factory.errors import ModelConfigError, ModelError
-from factory.rollouts.models._base import ChatResponse, Message, ModelOptions, ToolSpec, Usage, register_model
-from factory.rollouts.models._text_tools import parse_text_tool_calls
+from factory.models._base import ChatResponse, Message, ModelOptions, ToolSpec, Usage, register_model
+from factory.models._text_tools import parse_text_tool_calls
 
 __all__ = ["BatchRequest", "MicroBatcher", "VLLMChatModel"]
 
