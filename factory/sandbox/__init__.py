@@ -1,12 +1,15 @@
 """Sandbox backends: where untrusted, model-written code runs.
 
-Backends register by name (``--sandbox``): ``bwrap`` (default on Linux),
-``docker`` and ``none``. :func:`default_sandbox_name` picks the default.
+Backends register by name (``--sandbox``) in :data:`SANDBOXES`: ``bwrap``
+(default on Linux), ``docker`` and ``none``. :func:`default_sandbox_name` picks
+the default. :func:`self_check` runs the conformance suite every backend must
+pass, a user's own included.
 """
 
 import sys
 
 from factory.sandbox._base import (
+    SANDBOXES,
     ExecResult,
     Guarantee,
     Sandbox,
@@ -17,6 +20,16 @@ from factory.sandbox._base import (
     sandbox_names,
 )
 from factory.sandbox._bwrap import BwrapSandbox
+from factory.sandbox._conformance import (
+    CHECKS,
+    CONFORMANCE_SPEC,
+    CheckResult,
+    ConformanceCheck,
+    SandboxFactory,
+    conformance_check,
+    expect,
+    self_check,
+)
 from factory.sandbox._docker import DockerSandbox, docker_available
 from factory.sandbox._host import HostWorkspace, processes_of, run_limited, sandbox_environment
 from factory.sandbox._none import NoSandbox, NoSandboxWarning
@@ -25,7 +38,12 @@ from factory.sandbox._summarize import summarize_tool_output
 from factory.sandbox._workspace import snapshot_workspace, workspace_spec
 
 __all__ = [
+    "CHECKS",
+    "CONFORMANCE_SPEC",
+    "SANDBOXES",
     "BwrapSandbox",
+    "CheckResult",
+    "ConformanceCheck",
     "DockerSandbox",
     "ExecResult",
     "Guarantee",
@@ -33,17 +51,21 @@ __all__ = [
     "NoSandbox",
     "NoSandboxWarning",
     "Sandbox",
+    "SandboxFactory",
     "SandboxLimits",
     "SandboxPool",
     "SandboxSpec",
+    "conformance_check",
     "create_sandbox",
     "default_sandbox_name",
     "docker_available",
+    "expect",
     "processes_of",
     "register_sandbox",
     "run_limited",
     "sandbox_environment",
     "sandbox_names",
+    "self_check",
     "snapshot_workspace",
     "summarize_tool_output",
     "workspace_spec",

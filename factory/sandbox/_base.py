@@ -15,9 +15,10 @@ from enum import Enum
 from pathlib import Path
 from typing import ClassVar
 
-from factory.errors import ConfigError
+from factory.registry import Registry
 
 __all__ = [
+    "SANDBOXES",
     "ExecResult",
     "Guarantee",
     "Sandbox",
@@ -178,7 +179,8 @@ class Sandbox(abc.ABC):
         await self.close()
 
 
-_REGISTRY: dict[str, Callable[[SandboxSpec], Sandbox]] = {}
+#: The sandbox backends by name (``--sandbox``); :func:`register_sandbox` adds one.
+SANDBOXES: Registry[Callable[[SandboxSpec], Sandbox]] = Registry("sandbox")
 
 
 def register_sandbox(name: str) -> Callable[[type[Sandbox]], type[Sandbox]]:
@@ -186,7 +188,7 @@ def register_sandbox(name: str) -> Callable[[type[Sandbox]], type[Sandbox]]:
 
     def decorate(cls: type[Sandbox]) -> type[Sandbox]:
         cls.name = name
-        _REGISTRY[name] = cls
+        SANDBOXES.register(name, cls)
         return cls
 
     return decorate
@@ -194,7 +196,7 @@ def register_sandbox(name: str) -> Callable[[type[Sandbox]], type[Sandbox]]:
 
 def sandbox_names() -> list[str]:
     """Registered backend names."""
-    return sorted(_REGISTRY)
+    return SANDBOXES.names()
 
 
 def create_sandbox(name: str, spec: SandboxSpec) -> Sandbox:
@@ -203,8 +205,4 @@ def create_sandbox(name: str, spec: SandboxSpec) -> Sandbox:
     Raises:
         ConfigError: If no backend has that name.
     """
-    try:
-        factory = _REGISTRY[name]
-    except KeyError:
-        raise ConfigError(f"unknown sandbox '{name}' (choose from: {', '.join(sandbox_names())})") from None
-    return factory(spec)
+    return SANDBOXES.get(name)(spec)
