@@ -219,7 +219,6 @@ class RolloutForkRunner:
         self.memory = memory
         self.run_id = run_id or new_run_id()
         self.agent = ToolCallingAgent(model, config.agent)
-        self.interrupted = False
 
     def rollout_id(self, task_id: str) -> str:
         """The id shared by a task's branches in this run (stable across resumes)."""
@@ -444,7 +443,6 @@ class RolloutForkRunner:
                 buffer.append(finished.get_nowait())
             if buffer:
                 self._flush(buffer)
-            self.interrupted = not completed
             self.store.update_run(self.run_id, status="finished" if completed else "interrupted",
                                   finished_at=utc_now())
             await asyncio.gather(*workers, return_exceptions=True)

@@ -33,7 +33,6 @@ from factory.sandbox._conformance import (
 from factory.sandbox._docker import DockerSandbox, docker_available
 from factory.sandbox._host import HostWorkspace, processes_of, run_limited, sandbox_environment
 from factory.sandbox._none import NoSandbox, NoSandboxWarning
-from factory.sandbox._pool import SandboxPool
 from factory.sandbox._summarize import summarize_tool_output
 from factory.sandbox._workspace import snapshot_workspace, workspace_spec
 
@@ -53,7 +52,6 @@ __all__ = [
     "Sandbox",
     "SandboxFactory",
     "SandboxLimits",
-    "SandboxPool",
     "SandboxSpec",
     "conformance_check",
     "create_sandbox",

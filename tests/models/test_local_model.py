@@ -15,7 +15,6 @@ from factory.models import (
     ToolSpec,
     create_model,
     ensure_weights,
-    parse_text_tool_calls,
     read_gguf_metadata,
 )
 
@@ -112,28 +111,3 @@ def test_real_generation_is_seeded_and_counted(local_model):
     assert first.text and first.text == second.text
     assert first.usage.input_tokens > 10 and 0 < first.usage.output_tokens <= 12
     assert first.usage.cost_usd == 0.0
-
-
-def test_text_tool_calls_are_parsed_and_bad_ones_kept_with_errors():
-    text = ('Let me look.\n<tool_call>\n{"name": "read_file", "arguments": {"path": "a.py"}}\n</tool_call>\n'
-            '<tool_call>\n{"name": "run", "arguments": "{\\"command\\": \\"ls\\"}"}\n</tool_call>\n'
-            '<tool_call>{not json}</tool_call>')
-    prose, calls = parse_text_tool_calls(text)
-    assert prose == "Let me look."
-    assert [(c.name, c.arguments, c.error is None) for c in calls] == [
-        ("read_file", {"path": "a.py"}, True), ("run", {"command": "ls"}, True), ("", {}, False)]
-    assert "not valid JSON" in calls[2].error
-
-
-def test_untagged_json_calls_count_only_when_they_name_an_offered_tool():
-    known = frozenset({"read_file", "submit"})
-    fenced = 'I will read it.\n```json\n{"name": "read_file", "arguments": {"path": "solution.py"}}\n```'
-    prose, calls = parse_text_tool_calls(fenced, known_tools=known)
-    assert prose == "I will read it." and [(c.name, c.arguments) for c in calls] == [
-        ("read_file", {"path": "solution.py"})]
-    bare = '{"name": "submit", "arguments": {"answer": "42"}}'
-    assert parse_text_tool_calls(bare, known_tools=known)[1][0].arguments == {"answer": "42"}
-    # JSON that is merely part of an answer, or names no offered tool, stays text
-    answer = '```json\n{"name": "factorial", "arguments": {"n": 0}}\n```'
-    assert parse_text_tool_calls(answer, known_tools=known) == (answer.strip(), ())
-    assert parse_text_tool_calls(bare) == (bare, ())

@@ -23,7 +23,6 @@ from factory.sandbox import (
     Guarantee,
     NoSandbox,
     NoSandboxWarning,
-    SandboxPool,
     create_sandbox,
     docker_available,
     expect,
@@ -97,33 +96,3 @@ def test_missing_bubblewrap_names_the_install_command(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(SandboxUnavailableError, match="apt-get install bubblewrap"):
         run(create_sandbox("bwrap", SPEC).start())
-
-
-def test_pool_bounds_live_sandboxes_and_disposes_all():
-    peak = 0
-
-    async def main():
-        nonlocal peak
-        pool = SandboxPool(lambda: create_sandbox("bwrap", SPEC), max_concurrent=3)
-
-        async def use(i):
-            nonlocal peak
-            sb = await pool.acquire(f"b{i}")
-            peak = max(peak, pool.live)
-            assert (await sb.exec(f"echo {i}")).stdout == f"{i}\n"
-            if i % 2:
-                await pool.release(f"b{i}")
-
-        holders = [asyncio.create_task(use(i)) for i in range(3)]
-        await asyncio.gather(*holders)
-        assert pool.live == 2  # the even ones are still held
-        waiter = asyncio.create_task(use(10))
-        await asyncio.sleep(0.2)
-        assert pool.live == 3
-        await pool.aclose()
-        await waiter
-        await pool.aclose()
-        assert pool.live == 0
-
-    run(main())
-    assert peak <= 3
