@@ -8,7 +8,7 @@ EXTRAS ?= dev,local,openai,anthropic,docker,plot,memory,memory-ann,train
 # Building llama-cpp-python takes minutes on 2 cores; the LLaVA part is not needed.
 export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
 
-.PHONY: setup system-deps demo test bench lint clean
+.PHONY: setup system-deps demo test coverage bench lint clean
 
 setup: system-deps $(VENV)/.installed
 
@@ -36,6 +36,14 @@ demo: setup
 test: setup
 	$(PY) -m pytest -q
 
+## Line coverage of the suite, CLI subprocesses included (see [tool.coverage] in pyproject.toml).
+coverage: setup
+	$(VENV)/bin/coverage erase
+	$(VENV)/bin/coverage run -m pytest -q
+	$(VENV)/bin/coverage combine -q
+	$(VENV)/bin/coverage report
+	$(VENV)/bin/coverage html -q && echo "HTML report: htmlcov/index.html"
+
 ## Benchmarks (on demand; they print figures and ratios against a baseline).
 bench: setup
 	$(PY) bench/bench_store.py
@@ -50,4 +58,4 @@ lint: setup
 	$(VENV)/bin/ruff check factory tests bench
 
 clean:
-	rm -rf $(VENV) factory.duckdb .pytest_cache
+	rm -rf $(VENV) factory.duckdb .pytest_cache .coverage .coverage.* htmlcov

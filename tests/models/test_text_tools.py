@@ -12,6 +12,7 @@ from factory.errors import ModelConfigError
 from factory.models import ToolCall, ToolSpec, parse_text_tool_calls, render_chat_template
 
 KNOWN = frozenset({"read_file", "run", "submit"})
+NO_JINJA = "jinja2 comes with the in-process engines (local / vllm / train extras)"
 
 
 def test_parsing_needs_no_engine():
@@ -155,7 +156,7 @@ TEMPLATE = (
 
 
 def test_a_template_renders_messages_tools_and_the_generation_prompt():
-    pytest.importorskip("jinja2", reason="jinja2 comes with the in-process engines (local / vllm / train extras)")
+    pytest.importorskip("jinja2", reason=NO_JINJA)
     tool = ToolSpec("run", "Run a shell command.", {"type": "object", "properties": {"command": {"type": "string"}}})
     text = render_chat_template(TEMPLATE, [{"role": "system", "content": "Be brief."},
                                            {"role": "user", "content": "héllo"}],
@@ -167,21 +168,20 @@ def test_a_template_renders_messages_tools_and_the_generation_prompt():
 
 
 def test_without_tools_the_template_sees_none():
-    pytest.importorskip("jinja2", reason="jinja2 comes with the in-process engines (local / vllm / train extras)")
+    pytest.importorskip("jinja2", reason=NO_JINJA)
     text = render_chat_template(TEMPLATE, [{"role": "user", "content": "hi"}], None)
     assert text == "<user>hi\n<assistant>"
 
 
 def test_raise_exception_in_a_template_is_a_model_config_error():
-    pytest.importorskip("jinja2", reason="jinja2 comes with the in-process engines (local / vllm / train extras)")
+    pytest.importorskip("jinja2", reason=NO_JINJA)
     with pytest.raises(ModelConfigError, match="chat template error: bad role robot"):
         render_chat_template(TEMPLATE, [{"role": "robot", "content": "beep"}], None)
 
 
 def test_templates_run_sandboxed():
     """A GGUF's template is data from a file: it cannot reach Python internals."""
-    jinja2_sandbox = pytest.importorskip("jinja2.sandbox",
-                                         reason="jinja2 comes with the in-process engines (local / vllm / train extras)")
+    jinja2_sandbox = pytest.importorskip("jinja2.sandbox", reason=NO_JINJA)
     evil = "{{ messages.__class__.__mro__[1].__subclasses__() }}"
     with pytest.raises(jinja2_sandbox.SecurityError):
         render_chat_template(evil, [{"role": "user", "content": "x"}], None)
