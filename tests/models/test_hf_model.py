@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from factory.errors import ModelConfigError, ModelError
-from factory.rollouts import AGENT_TOOLS
 from factory.models import ChatResponse, HFChatModel, ModelOptions, create_model
+from factory.rollouts import AGENT_TOOLS
 from factory.store import Store
 
 pytest.importorskip("transformers", reason="transformers (the 'train' extra) is not installed")
