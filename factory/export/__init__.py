@@ -11,13 +11,15 @@ from factory.export._validate import validate_file
 
 _LAZY = {
     **dict.fromkeys(("ExportResult", "export", "judge_objective_agreement", "write_dataset_card"), "_exporter"),
-    **dict.fromkeys(("ExportFormat", "ExportOptions", "ExportRows", "create_format", "format_names", "kto_weights",
-                     "length_bias", "register_format", "render_text", "tool_schemas_json"), "_formats"),
+    **dict.fromkeys(("EXPORT_FORMATS", "ExportFormat", "ExportOptions", "ExportRows", "create_format",
+                     "format_names", "kto_weights", "length_bias", "register_format", "render_text",
+                     "tool_schemas_json"), "_formats"),
     **dict.fromkeys(("PAIR_STRATEGIES", "PairOptions", "build_pairs"), "_pairs"),
     **dict.fromkeys(("MESSAGE_JSON_SHAPE", "ExportSource", "load_source"), "_source"),
 }
 
 __all__ = [
+    "EXPORT_FORMATS",
     "FILE_KINDS",
     "FORMAT_COLUMNS",
     "MANIFEST_SUFFIX",

@@ -38,9 +38,10 @@ from factory.errors import ConfigError, ExportError
 from factory.export._columns import FORMAT_COLUMNS
 from factory.export._pairs import PairOptions, build_pairs
 from factory.export._source import ExportSource
+from factory.registry import Registry
 
-__all__ = ["ExportFormat", "ExportOptions", "ExportRows", "create_format", "format_names", "kto_weights",
-           "length_bias", "register_format", "render_text", "tool_schemas_json"]
+__all__ = ["EXPORT_FORMATS", "ExportFormat", "ExportOptions", "ExportRows", "create_format", "format_names",
+           "kto_weights", "length_bias", "register_format", "render_text", "tool_schemas_json"]
 
 
 @dataclass(frozen=True)
@@ -380,18 +381,23 @@ def _spec_json(spec: str, key: str) -> str | None:
     return json.dumps(value, sort_keys=True) if value else None
 
 
-_REGISTRY: dict[str, Callable[[], ExportFormat]] = {
-    "dpo": DPOFormat, "kto": KTOFormat, "reward": RewardFormat, "sft": SFTFormat, "grpo": GRPOFormat}
+#: Export formats by name (``factory export --format``); :func:`register_format` adds one.
+EXPORT_FORMATS: Registry[Callable[[], ExportFormat]] = Registry("export format")
+EXPORT_FORMATS.register("dpo", DPOFormat)
+EXPORT_FORMATS.register("kto", KTOFormat)
+EXPORT_FORMATS.register("reward", RewardFormat)
+EXPORT_FORMATS.register("sft", SFTFormat)
+EXPORT_FORMATS.register("grpo", GRPOFormat)
 
 
 def register_format(name: str, factory: Callable[[], ExportFormat]) -> None:
     """Register an export format under ``name``."""
-    _REGISTRY[name] = factory
+    EXPORT_FORMATS.register(name, factory)
 
 
 def format_names() -> list[str]:
     """Registered format names."""
-    return sorted(_REGISTRY)
+    return EXPORT_FORMATS.names()
 
 
 def create_format(name: str) -> ExportFormat:
@@ -400,7 +406,4 @@ def create_format(name: str) -> ExportFormat:
     Raises:
         ConfigError: Unknown format.
     """
-    try:
-        return _REGISTRY[name]()
-    except KeyError:
-        raise ConfigError(f"unknown export format '{name}' (choose from: {', '.join(format_names())})") from None
+    return EXPORT_FORMATS.get(name)()

@@ -1,7 +1,13 @@
 """Memory: winning branches, embedded and retrieved to prime later runs."""
 
-from factory.memory._backends import create_memory_backend, memory_backend_names, register_memory_backend
+from factory.memory._backends import (
+    MEMORY_BACKENDS,
+    create_memory_backend,
+    memory_backend_names,
+    register_memory_backend,
+)
 from factory.memory._embedders import (
+    EMBEDDERS,
     Embedder,
     HashingEmbedder,
     MiniLMEmbedder,
@@ -24,6 +30,8 @@ from factory.memory._store import (
 )
 
 __all__ = [
+    "EMBEDDERS",
+    "MEMORY_BACKENDS",
     "DuckDBMemoryBackend",
     "Embedder",
     "HashingEmbedder",

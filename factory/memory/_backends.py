@@ -16,9 +16,10 @@ from pathlib import Path
 
 from factory.errors import ConfigError
 from factory.memory._store import DuckDBMemoryBackend, MemoryBackend
+from factory.registry import Registry
 from factory.store import Store
 
-__all__ = ["create_memory_backend", "memory_backend_names", "register_memory_backend"]
+__all__ = ["MEMORY_BACKENDS", "create_memory_backend", "memory_backend_names", "register_memory_backend"]
 
 #: A backend factory: (the open run store, the spec's argument or None) -> backend.
 BackendFactory = Callable[[Store, "str | None"], MemoryBackend]
@@ -37,17 +38,20 @@ def _lance(store: Store, argument: str | None) -> MemoryBackend:
     return LanceMemoryBackend(path)
 
 
-_REGISTRY: dict[str, BackendFactory] = {"duckdb": _duckdb, "lance": _lance}
+#: Memory backends by name (``--memory-backend``); :func:`register_memory_backend` adds one.
+MEMORY_BACKENDS: Registry[BackendFactory] = Registry("memory backend")
+MEMORY_BACKENDS.register("duckdb", _duckdb)
+MEMORY_BACKENDS.register("lance", _lance)
 
 
 def register_memory_backend(name: str, factory: BackendFactory) -> None:
     """Register a backend factory under ``name`` (e.g. a vector database's client)."""
-    _REGISTRY[name] = factory
+    MEMORY_BACKENDS.register(name, factory)
 
 
 def memory_backend_names() -> list[str]:
     """Registered backend names."""
-    return sorted(_REGISTRY)
+    return MEMORY_BACKENDS.names()
 
 
 def create_memory_backend(spec: str | None, store: Store) -> MemoryBackend:
@@ -57,9 +61,4 @@ def create_memory_backend(spec: str | None, store: Store) -> MemoryBackend:
         ConfigError: Unknown name, bad argument, or the backend's extra is not installed.
     """
     name, _, argument = (spec or "duckdb").partition(":")
-    try:
-        factory = _REGISTRY[name]
-    except KeyError:
-        raise ConfigError(f"unknown memory backend '{name}' "
-                          f"(choose from: {', '.join(memory_backend_names())})") from None
-    return factory(store, argument or None)
+    return MEMORY_BACKENDS.get(name)(store, argument or None)

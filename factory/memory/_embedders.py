@@ -22,8 +22,9 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from factory.errors import ConfigError
+from factory.registry import Registry
 
-__all__ = ["Embedder", "HashingEmbedder", "MiniLMEmbedder", "create_embedder", "default_embedder_name",
+__all__ = ["EMBEDDERS", "Embedder", "HashingEmbedder", "MiniLMEmbedder", "create_embedder", "default_embedder_name",
            "embedder_names", "register_embedder"]
 
 _TOKEN = re.compile(r"[a-z0-9]+")
@@ -115,17 +116,20 @@ class MiniLMEmbedder:
         return np.asarray(vectors, dtype=np.float32)
 
 
-_REGISTRY: dict[str, Callable[[], Embedder]] = {"hashing": HashingEmbedder, "minilm": MiniLMEmbedder}
+#: Embedders by name (``--embedder``); :func:`register_embedder` adds one.
+EMBEDDERS: Registry[Callable[[], Embedder]] = Registry("embedder")
+EMBEDDERS.register("hashing", HashingEmbedder)
+EMBEDDERS.register("minilm", MiniLMEmbedder)
 
 
 def register_embedder(name: str, factory: Callable[[], Embedder]) -> None:
     """Register an embedder factory under ``name`` (e.g. one calling an embeddings API)."""
-    _REGISTRY[name] = factory
+    EMBEDDERS.register(name, factory)
 
 
 def embedder_names() -> list[str]:
     """Registered embedder names."""
-    return sorted(_REGISTRY)
+    return EMBEDDERS.names()
 
 
 def default_embedder_name() -> str:
@@ -146,8 +150,4 @@ def create_embedder(name: str | None = None) -> Embedder:
     Raises:
         ConfigError: Unknown name, or its model is not installed.
     """
-    name = name or default_embedder_name()
-    try:
-        return _REGISTRY[name]()
-    except KeyError:
-        raise ConfigError(f"unknown embedder '{name}' (choose from: {', '.join(embedder_names())})") from None
+    return EMBEDDERS.get(name or default_embedder_name())()

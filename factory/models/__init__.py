@@ -7,6 +7,7 @@ errors into the :class:`~factory.errors.ModelError` tree.
 from factory.models import _anthropic, _hf, _local, _openai, _replay, _vllm  # noqa: F401  (registration)
 from factory.models._anthropic import AnthropicChatModel, to_anthropic_messages
 from factory.models._base import (
+    MODELS,
     ChatModel,
     ChatResponse,
     Message,
@@ -32,6 +33,7 @@ from factory.models._weights import DEFAULT_WEIGHTS, QWEN_NOTICE, GGUFWeights, e
 
 __all__ = [
     "DEFAULT_WEIGHTS",
+    "MODELS",
     "PRICES_PER_MTOK",
     "QWEN_NOTICE",
     "AdaptiveLimiter",

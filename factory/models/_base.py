@@ -15,8 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from factory.errors import ModelConfigError
+from factory.registry import Registry
 
 __all__ = [
+    "MODELS",
     "ChatModel",
     "ChatResponse",
     "Message",
@@ -183,22 +185,18 @@ class ModelOptions:
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
-_REGISTRY: dict[str, Callable[[str, ModelOptions], ChatModel]] = {}
+#: Model providers by prefix (``openai``, ``replay``, ...); :func:`register_model` adds one.
+MODELS: Registry[Callable[[str, ModelOptions], ChatModel]] = Registry("model provider")
 
 
 def register_model(prefix: str) -> Callable[[Callable[[str, ModelOptions], ChatModel]], Callable[..., ChatModel]]:
     """Register a provider factory ``(name, options) -> ChatModel`` under ``prefix``."""
-
-    def decorate(factory: Callable[[str, ModelOptions], ChatModel]) -> Callable[..., ChatModel]:
-        _REGISTRY[prefix] = factory
-        return factory
-
-    return decorate
+    return MODELS.register(prefix)
 
 
 def model_prefixes() -> list[str]:
     """Registered provider prefixes."""
-    return sorted(_REGISTRY)
+    return MODELS.names()
 
 
 def create_model(spec: str, options: ModelOptions | None = None) -> ChatModel:
@@ -208,10 +206,9 @@ def create_model(spec: str, options: ModelOptions | None = None) -> ChatModel:
         ModelConfigError: Unknown prefix, or the provider cannot be set up.
     """
     prefix, _, name = spec.partition(":")
-    factory = _REGISTRY.get(prefix)
-    if factory is None:
+    if prefix not in MODELS:  # a ModelConfigError naming the spec, not the registry's ConfigError
         raise ModelConfigError(
             f"unknown model provider '{prefix}' in '{spec}' "
             f"(use one of: {', '.join(p + ':' for p in model_prefixes())})"
         )
-    return factory(name, options or ModelOptions())
+    return MODELS.get(prefix)(name, options or ModelOptions())

@@ -9,7 +9,14 @@ are imported only when one of their names is first used.
 from factory._lazy_exports import lazy_exports
 from factory.trainers._config import TrainerSettings, device_defaults
 from factory.trainers._data import TrainingData, load_training_data
-from factory.trainers._registry import TrainerEntry, load_trainer, register_trainer, trainer_entry, trainer_names
+from factory.trainers._registry import (
+    TRAINERS,
+    TrainerEntry,
+    load_trainer,
+    register_trainer,
+    trainer_entry,
+    trainer_names,
+)
 from factory.trainers._run import RESULT_FILE, TrainResult, frozen_reference, run_training
 from factory.trainers._tiny import CHAT_TEMPLATE, build_tiny_model
 
@@ -36,6 +43,7 @@ __all__ = [
     "REWARD_OBJECTIVES",
     "RewardConfig",
     "SFTConfig",
+    "TRAINERS",
     "PolicySource",
     "TrainResult",
     "TrainerEntry",

@@ -1,6 +1,6 @@
 """Trainers by name: ``factory train NAME`` -> the trainer's config class and train function.
 
-Registered as ``"module:attribute"`` strings so that the CLI can list and
+Registered in :data:`TRAINERS` as ``"module:attribute"`` strings so that the CLI can list and
 describe trainers without importing torch or TRL; :func:`load_trainer`
 imports one when it is used.
 """
@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from factory.errors import ConfigError
+from factory.registry import Registry
 
-__all__ = ["TrainerEntry", "load_trainer", "register_trainer", "trainer_entry", "trainer_names"]
+__all__ = ["TRAINERS", "TrainerEntry", "load_trainer", "register_trainer", "trainer_entry", "trainer_names"]
 
 
 @dataclass(frozen=True)
@@ -36,17 +37,18 @@ class TrainerEntry:
     summary: str
 
 
-_REGISTRY: dict[str, TrainerEntry] = {}
+#: Trainers by name (``factory train NAME``); entries name their modules, so listing imports no TRL.
+TRAINERS: Registry[TrainerEntry] = Registry("trainer")
 
 
 def register_trainer(entry: TrainerEntry) -> None:
     """Register (or replace) a trainer under ``entry.name``."""
-    _REGISTRY[entry.name] = entry
+    TRAINERS.register(entry.name, entry)
 
 
 def trainer_names() -> list[str]:
     """Registered trainer names."""
-    return sorted(_REGISTRY)
+    return TRAINERS.names()
 
 
 def trainer_entry(name: str) -> TrainerEntry:
@@ -55,10 +57,9 @@ def trainer_entry(name: str) -> TrainerEntry:
     Raises:
         ConfigError: Unknown trainer.
     """
-    entry = _REGISTRY.get(name)
-    if entry is None:
+    if name not in TRAINERS:  # this message predates the registry's; scripts may match it
         raise ConfigError(f"unknown trainer {name!r} (use one of: {', '.join(trainer_names())})")
-    return entry
+    return TRAINERS.get(name)
 
 
 def _resolve(target: str) -> Any:

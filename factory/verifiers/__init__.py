@@ -2,6 +2,7 @@
 
 from factory.verifiers._base import (
     STATUSES,
+    VERIFIERS,
     BranchOutput,
     Criterion,
     Verdict,
@@ -48,6 +49,7 @@ __all__ = [
     "GUARD_VERSION",
     "PROMPT_VERSION",
     "STATUSES",
+    "VERIFIERS",
     "AnswerVerifier",
     "BranchOutput",
     "BuildPassesVerifier",

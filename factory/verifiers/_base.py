@@ -16,13 +16,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
-from factory.errors import ConfigError
+from factory.registry import Registry
 from factory.sandbox import Sandbox
 from factory.tasks import Task
 
 
 __all__ = [
     "STATUSES",
+    "VERIFIERS",
     "BranchOutput",
     "Criterion",
     "Verdict",
@@ -151,7 +152,8 @@ class Verifier(Protocol):
         ...
 
 
-_REGISTRY: dict[str, Callable[..., Verifier]] = {}
+#: Verifiers by name (``tests``, ``answer``, ...); :func:`register_verifier` adds one.
+VERIFIERS: Registry[Callable[..., Verifier]] = Registry("verifier")
 
 
 def register_verifier(name: str) -> Callable[[type], type]:
@@ -159,7 +161,7 @@ def register_verifier(name: str) -> Callable[[type], type]:
 
     def decorate(cls: type) -> type:
         cls.name = name
-        _REGISTRY[name] = cls
+        VERIFIERS.register(name, cls)
         return cls
 
     return decorate
@@ -167,7 +169,7 @@ def register_verifier(name: str) -> Callable[[type], type]:
 
 def verifier_names() -> list[str]:
     """Registered verifier names."""
-    return sorted(_REGISTRY)
+    return VERIFIERS.names()
 
 
 def create_verifier(name: str, **options: Any) -> Verifier:
@@ -176,11 +178,7 @@ def create_verifier(name: str, **options: Any) -> Verifier:
     Raises:
         ConfigError: Unknown name.
     """
-    try:
-        factory = _REGISTRY[name]
-    except KeyError:
-        raise ConfigError(f"unknown verifier '{name}' (choose from: {', '.join(verifier_names())})") from None
-    return factory(**options)
+    return VERIFIERS.get(name)(**options)
 
 
 async def run_verifier(verifier: Verifier, ctx: VerifyContext) -> Verdict:

@@ -12,10 +12,10 @@ import polars as pl
 import pytest
 
 from factory.errors import ConfigError, ExportError, ExportValidationError
-from factory.export import ExportOptions, PairOptions, build_pairs, export, load_source, validate_file
+from factory.export import EXPORT_FORMATS, ExportOptions, PairOptions, build_pairs, export, load_source, validate_file
 from factory.store import Store
 
-FORMATS = ["dpo", "kto", "reward", "sft", "grpo"]
+FORMATS = EXPORT_FORMATS.names()
 
 
 def run_export(db: Path, fmt: str, out: Path, options: ExportOptions | None = None, runs=("r1",), **kwargs):

@@ -8,7 +8,15 @@ import pytest
 pytest.importorskip("lancedb", reason="LanceDB is optional: pip install 'factory-rlaif[memory-ann]'")
 
 from factory.errors import ConfigError  # noqa: E402
-from factory.memory import DuckDBMemoryBackend, HashingEmbedder, Memory, MemoryCandidate, RolloutMemoryStore  # noqa: E402
+from factory.memory import (  # noqa: E402
+    MEMORY_BACKENDS,
+    DuckDBMemoryBackend,
+    HashingEmbedder,
+    Memory,
+    MemoryCandidate,
+    RolloutMemoryStore,
+    create_memory_backend,
+)
 from factory.memory._lance import LanceMemoryBackend  # noqa: E402
 from factory.store import Store  # noqa: E402
 
@@ -17,14 +25,12 @@ def candidate(task_id, text, answer, score=1.0, hack=False, index=0, run="r1"):
     return MemoryCandidate(run, task_id, index, text, answer, ["read_file", "write_file", "submit"], score, hack)
 
 
-@pytest.fixture(params=["duckdb", "lance"])
+@pytest.fixture(params=MEMORY_BACKENDS.names())
 def backend(request, tmp_path):
-    if request.param == "duckdb":
-        store = Store.open(tmp_path / "m.duckdb")
-        yield DuckDBMemoryBackend(store)
-        store.close()
-    else:
-        yield LanceMemoryBackend(tmp_path / "lance")
+    """Every registered backend, built as ``--memory-backend NAME`` builds it (lance beside the store)."""
+    store = Store.open(tmp_path / "m.duckdb")
+    yield create_memory_backend(request.param, store)
+    store.close()
 
 
 @pytest.fixture

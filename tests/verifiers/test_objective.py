@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from factory.sandbox import SandboxSpec, create_sandbox
 from factory.tasks import Task
 from factory.verifiers import (
+    VERIFIERS,
     AnswerVerifier,
     BranchOutput,
     BuildPassesVerifier,
@@ -135,3 +136,11 @@ def test_output_verifiers_are_total_on_adversarial_text(answer):
     for verifier in (AnswerVerifier(), JsonSchemaVerifier(), RulesVerifier()):
         verdict = verify(verifier, task, answer)
         assert verdict.status in ("pass", "fail", "error") and 0.0 <= verdict.score <= 1.0
+
+
+@pytest.mark.parametrize("name", VERIFIERS.names())
+def test_every_registered_verifier_declares_its_name_version_and_sandbox_need(name):
+    verifier = VERIFIERS.get(name)
+    assert verifier.name == name
+    assert isinstance(verifier.version, str) and verifier.version
+    assert isinstance(verifier.needs_sandbox, bool)
