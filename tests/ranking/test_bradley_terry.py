@@ -12,8 +12,12 @@ from hypothesis import strategies as st
 from scipy import special, stats
 
 from factory.errors import ConfigError
-from factory.ranking import _bradley_terry
-from factory.ranking._bradley_terry import BTFit, comparisons_from_winners, fit_bradley_terry
+from factory.ranking import (
+    BTFit,
+    _bradley_terry,  # its batch size, patched to check batching changes nothing
+    comparisons_from_winners,
+    fit_bradley_terry,
+)
 
 
 def synthetic(n_items: int, n_comparisons: int, seed: int, tie_rate: float = 0.0,

@@ -16,9 +16,9 @@ from statsmodels.stats.power import NormalIndPower
 from statsmodels.stats.proportion import proportion_confint
 
 from factory.errors import ConfigError
-from factory.ranking import _stats
-from factory.ranking._stats import (
+from factory.ranking import (
     PowerPolicy,
+    _stats,  # its pass@k grid limit, patched to check both code paths
     compare_paired,
     mcnemar_exact,
     mcnemar_exact_many,

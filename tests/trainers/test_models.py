@@ -17,7 +17,7 @@ peft = pytest.importorskip("peft", reason="peft (the 'train' extra) is not insta
 
 from factory.errors import ConfigError, ModelConfigError  # noqa: E402
 from factory.models import DEFAULT_WEIGHTS  # noqa: E402
-from factory.trainers._models import (  # noqa: E402
+from factory.trainers import (  # noqa: E402
     PolicySource,
     apply_lora,
     load_policy,

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from factory.store import Store
-from factory.verifiers._calibration import (
+from factory.verifiers import (
     calibrate_run,
     judge_auc,
     judge_spearman,
