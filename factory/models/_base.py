@@ -31,6 +31,7 @@ __all__ = [
     "register_model",
 ]
 
+#: One chat turn in the OpenAI shape (see the module docstring): ``role``, ``content``, and tool fields.
 Message = dict[str, Any]
 
 

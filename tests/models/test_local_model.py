@@ -33,9 +33,7 @@ def default_gguf(weights_cache):
 
 @pytest.fixture(scope="module")
 def local_model(default_gguf):
-    from factory.models import LocalChatModel
-
-    model = LocalChatModel(default_gguf, ModelOptions(threads=2, context=2048), "local")
+    model = create_model(f"local:{default_gguf}", ModelOptions(threads=2, context=2048))
     yield model
     asyncio.run(model.aclose())
 

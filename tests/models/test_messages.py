@@ -14,9 +14,9 @@ from factory.models import (
     Usage,
     cost_usd,
     create_model,
-    to_anthropic_messages,
-    to_openai_messages,
 )
+from factory.models._anthropic import to_anthropic_messages
+from factory.models._openai import to_openai_messages
 
 CALL = {"id": "c1", "type": "function", "function": {"name": "run", "arguments": {"command": "ls -a"}}}
 CONVERSATION = [

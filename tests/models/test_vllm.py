@@ -10,7 +10,8 @@ import shutil
 import pytest
 
 from factory.errors import ModelConfigError, ModelError
-from factory.models import BatchRequest, MicroBatcher, create_model
+from factory.models import create_model
+from factory.models._vllm import BatchRequest, MicroBatcher
 
 
 def test_concurrent_requests_share_one_batch_with_their_own_parameters():
