@@ -12,7 +12,6 @@ from factory.memory._embedders import (
     HashingEmbedder,
     MiniLMEmbedder,
     create_embedder,
-    default_embedder_name,
     embedder_names,
     register_embedder,
 )
@@ -23,10 +22,8 @@ from factory.memory._store import (
     MemoryBackend,
     MemoryCandidate,
     RolloutMemoryStore,
-    UpsertReport,
     candidates_from_run,
     format_as_system_prompt,
-    new_rows,
 )
 
 __all__ = [
@@ -41,15 +38,12 @@ __all__ = [
     "MemoryCandidate",
     "MiniLMEmbedder",
     "RolloutMemoryStore",
-    "UpsertReport",
     "candidates_from_run",
     "create_embedder",
     "create_memory_backend",
-    "default_embedder_name",
     "embedder_names",
     "format_as_system_prompt",
     "memory_backend_names",
-    "new_rows",
     "register_embedder",
     "register_memory_backend",
 ]

@@ -12,12 +12,12 @@ from factory.memory import (  # noqa: E402
     MEMORY_BACKENDS,
     DuckDBMemoryBackend,
     HashingEmbedder,
+    LanceMemoryBackend,
     Memory,
     MemoryCandidate,
     RolloutMemoryStore,
     create_memory_backend,
 )
-from factory.memory._lance import LanceMemoryBackend  # noqa: E402
 from factory.store import Store  # noqa: E402
 
 

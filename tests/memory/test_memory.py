@@ -18,8 +18,8 @@ from factory.memory import (
     RolloutMemoryStore,
     format_as_system_prompt,
 )
-from factory.rollouts import ForkConfig, RolloutForkRunner
 from factory.models import create_model
+from factory.rollouts import ForkConfig, RolloutForkRunner
 from factory.store import Store
 from factory.tasks import Task
 from factory.verifiers import VerificationPipeline
