@@ -177,7 +177,7 @@ def _print(result) -> None:
 
 
 def _register() -> None:
-    from factory.trainers._registry import trainer_entry, trainer_names  # names and summaries only: no TRL
+    from factory.trainers import trainer_entry, trainer_names  # names and summaries only: no TRL
 
     for name in trainer_names():
         train.add_command(_command(name, trainer_entry(name).summary))

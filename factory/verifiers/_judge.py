@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from factory.errors import ConfigError, ModelError
-from factory.models._base import ChatModel, Message
+from factory.models import ChatModel, Message
 from factory.tasks import Task
 from factory.verifiers._base import BranchOutput, Criterion, Verdict, VerifyContext, register_verifier
 
