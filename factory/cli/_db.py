@@ -44,11 +44,7 @@ def info(db: Path | None, as_json: bool) -> None:
 
     path = resolve_db(db)
     with Store.open(path, read_only=True) as store:
-        counts = {
-            table: store.query(f'SELECT count(*) AS n FROM "{table}"').item()
-            for table in store.tables()
-            if table != "factory_migrations"
-        }
+        counts = store.table_counts()
         migrations = store.migrations()
     summary = {"db": str(path), "bytes": path.stat().st_size, "migrations": migrations, "rows": counts}
     if as_json:

@@ -111,6 +111,5 @@ def clear(db: Path | None, backend_spec: str | None, yes: bool) -> None:
         click.confirm("delete every memory?", abort=True)
     with Store.open(resolve_db(db)) as store:
         removed = create_memory_backend(backend_spec, store).clear()
-        with store.transaction():
-            store.query("DELETE FROM memory_discards")
+        store.clear_memory_discards()
     click.echo(f"deleted {removed} memories")

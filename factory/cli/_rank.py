@@ -81,9 +81,7 @@ def rank(run_id: str, db: Path | None, judge_pairs: int, judge_spec: str | None,
             asyncio.run(_judge_pairs(store, run_id, judge_spec, judge_pairs))
         records = load_records(store, run_id)
         result = RolloutRanker(bootstrap_rounds=bootstrap).rank(records, load_pairwise(store, run_id))
-        with store.transaction():
-            store.query("DELETE FROM rankings WHERE run_id = ?", [run_id])
-            store.write_rankings([r.row(run_id) for r in result.ranked])
+        store.replace_rankings(run_id, [r.row(run_id) for r in result.ranked])
     if plot is not None:
         plot_strengths([vars(r) for r in result.ranked], plot, f"run {run_id}: strengths within each task")
     if as_json:

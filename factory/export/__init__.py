@@ -15,7 +15,7 @@ _LAZY = {
                      "format_names", "kto_weights", "length_bias", "register_format", "render_text",
                      "tool_schemas_json"), "_formats"),
     **dict.fromkeys(("PAIR_STRATEGIES", "PairOptions", "build_pairs"), "_pairs"),
-    **dict.fromkeys(("MESSAGE_JSON_SHAPE", "ExportSource", "load_source"), "_source"),
+    **dict.fromkeys(("ExportSource", "load_source"), "_source"),
 }
 
 __all__ = [
@@ -23,7 +23,6 @@ __all__ = [
     "FILE_KINDS",
     "FORMAT_COLUMNS",
     "MANIFEST_SUFFIX",
-    "MESSAGE_JSON_SHAPE",
     "PAIR_STRATEGIES",
     "SIDE_FILE_COLUMNS",
     "ExportFormat",

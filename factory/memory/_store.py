@@ -119,7 +119,7 @@ class DuckDBMemoryBackend:
         self._mirror_state: tuple[int, Any] | None = None
 
     def _table_state(self) -> tuple[int, Any]:
-        return self.store.query("SELECT count(*), max(created_at) FROM memory").row(0)
+        return self.store.memory_state()
 
     def add(self, memories: Sequence[Memory], vectors: np.ndarray) -> int:
         if not memories:
@@ -143,8 +143,7 @@ class DuckDBMemoryBackend:
         })
         rows = meta.append_column("embedding", pa.ListArray.from_arrays(offsets, pa.array(block.reshape(-1))))
         rows = rows.append_column("created_at", pa.array([utc_now()] * len(fresh), pa.timestamp("us")))
-        with self.store.transaction():
-            self.store._write("memory", rows)
+        self.store.write_memories(rows)
         if in_sync:  # nobody else wrote since the mirror was loaded: extend it rather than reload it
             frame = pl.from_arrow(meta)
             for (embedder, space_dim), part in frame.with_row_index("_row").group_by(["embedder", "dim"]):
@@ -157,19 +156,14 @@ class DuckDBMemoryBackend:
         return len(fresh)
 
     def existing_ids(self, memory_ids: Sequence[str]) -> set[str]:
-        if not memory_ids:
-            return set()
-        frame = self.store.query("SELECT memory_id FROM memory WHERE list_contains(?, memory_id)", [list(memory_ids)])
-        return set(frame["memory_id"].to_list())
+        return self.store.stored_memory_ids(memory_ids)
 
     def _space(self, embedder: str, dim: int) -> tuple[pl.DataFrame, np.ndarray]:
         state = self._table_state()
         if state != self._mirror_state:
             self._mirror, self._mirror_state = {}, state
         if (embedder, dim) not in self._mirror:
-            frame = self.store.query(
-                "SELECT memory_id, run_id, task_id, branch_index, task_text, key_steps, final_answer, embedder, dim, "
-                "embedding FROM memory WHERE embedder = ? AND dim = ? ORDER BY memory_id", [embedder, int(dim)])
+            frame = self.store.memory_space(embedder, dim)
             flat = frame["embedding"].explode().to_numpy()
             matrix = np.ascontiguousarray(flat, dtype=np.float32).reshape(-1, dim)
             self._mirror[(embedder, dim)] = (frame.drop("embedding"), _unit_rows(matrix))
@@ -191,16 +185,13 @@ class DuckDBMemoryBackend:
         return memories
 
     def spaces(self) -> set[tuple[str, int]]:
-        frame = self.store.query("SELECT DISTINCT embedder, dim FROM memory")
-        return {(row[0], int(row[1])) for row in frame.iter_rows()}
+        return self.store.memory_spaces()
 
     def count(self) -> int:
-        return int(self.store.query("SELECT count(*) FROM memory").item())
+        return self.store.memory_count()
 
     def clear(self) -> int:
-        count = self.count()
-        with self.store.transaction():
-            self.store.query("DELETE FROM memory")
+        count = self.store.clear_memory()
         self._mirror, self._mirror_state = {}, None
         return count
 
@@ -305,8 +296,7 @@ class RolloutMemoryStore:
             report.stored = self.backend.add(fresh, vectors)
         report.discarded = len(discards)
         if discards and self.store is not None:
-            with self.store.transaction():
-                self.store._write("memory_discards", discards)
+            self.store.write_memory_discards(discards)
         return report
 
     def retrieve(self, task_text: str, k: int = 3) -> list[Memory]:
@@ -331,8 +321,7 @@ class RolloutMemoryStore:
         """Counts: memories, discards by reason, embedders."""
         discards: dict[str, int] = {}
         if self.store is not None:
-            frame = self.store.query("SELECT reason, count(*) FROM memory_discards GROUP BY 1 ORDER BY 1")
-            discards = {row[0]: int(row[1]) for row in frame.iter_rows()}
+            discards = self.store.memory_discard_counts()
         return {"memories": self.backend.count(), "discarded": sum(discards.values()), "discards": discards,
                 "embedders": sorted(f"{name} (dim {dim})" for name, dim in self.backend.spaces())}
 

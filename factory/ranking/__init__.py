@@ -4,7 +4,7 @@ from factory.ranking._arms import PairedArms, pair_arms, split_by_field
 from factory.ranking._bradley_terry import BTFit, comparisons_from_winners, fit_bradley_terry
 from factory.ranking._plots import plot_pass_rates, plot_strengths
 from factory.ranking._ranker import DEFAULT_REWARDS, RankedBranch, RankResult, RewardFunction, RolloutRanker
-from factory.ranking._records import BranchRecord, PairwiseOutcome, load_pairwise, load_records, verdict_summary_sql
+from factory.ranking._records import BranchRecord, PairwiseOutcome, load_pairwise, load_records
 from factory.ranking._stats import (
     PowerPolicy,
     PowerReport,
@@ -46,7 +46,6 @@ __all__ = [
     "plot_strengths",
     "powered",
     "split_by_field",
-    "verdict_summary_sql",
     "wilson_half_width",
     "wilson_interval",
 ]

@@ -7,7 +7,7 @@ from typing import Any
 
 from factory.store import Store
 
-__all__ = ["BranchRecord", "PairwiseOutcome", "load_pairwise", "load_records", "verdict_summary_sql"]
+__all__ = ["BranchRecord", "PairwiseOutcome", "load_pairwise", "load_records"]
 
 
 @dataclass(frozen=True)
@@ -43,43 +43,9 @@ class PairwiseOutcome:
     outcome: float
 
 
-def verdict_summary_sql(run_filter: str) -> str:
-    """SQL: one row per verified branch, from each verifier's latest verdict (the one definition of these columns).
-
-    Columns: ``run_id, task_id, branch_index``; ``objective_pass`` (every latest non-judge verdict passed),
-    ``objective_score`` (their mean score), ``judge_score`` (the latest judge score, pass or fail only),
-    ``hack_detected`` (any verifier caught tampering), ``verifier_versions`` (sorted ``name@version``).
-
-    Args:
-        run_filter: A SQL condition on the ``verdicts`` table selecting the runs (e.g. ``run_id = $run``).
-    """
-    return f"""
-        SELECT run_id, task_id, branch_index,
-               bool_and(status = 'pass') FILTER (WHERE verifier <> 'judge') AS objective_pass,
-               avg(score) FILTER (WHERE verifier <> 'judge') AS objective_score,
-               max(score) FILTER (WHERE verifier = 'judge' AND status IN ('pass', 'fail')) AS judge_score,
-               bool_or(coalesce(TRY_CAST(json_extract(details, '$.hack_detected') AS BOOLEAN), false))
-                   AS hack_detected,
-               list_sort(list(verifier || '@' || version)) AS verifier_versions
-        FROM (SELECT * FROM verdicts WHERE {run_filter}
-              QUALIFY row_number() OVER (PARTITION BY run_id, task_id, branch_index, verifier
-                                         ORDER BY created_at DESC, version DESC) = 1)
-        GROUP BY ALL"""
-
-
 def load_records(store: Store, run_id: str) -> list[BranchRecord]:
     """One record per stored branch of ``run_id``, using each verifier's latest verdict."""
-    frame = store.query(
-        f"""
-        WITH v AS ({verdict_summary_sql("run_id = $run")})
-        SELECT b.task_id, b.branch_index, b.temperature, b.seed, b.model, b.status,
-               v.objective_pass, v.objective_score, v.judge_score, coalesce(v.hack_detected, false) AS hack
-        FROM branches b LEFT JOIN v USING (run_id, task_id, branch_index)
-        WHERE b.run_id = $run
-        ORDER BY b.task_id, b.branch_index
-        """,
-        {"run": run_id},
-    )
+    frame = store.branch_records(run_id)
     return [
         BranchRecord(
             task_id=row["task_id"], branch_index=int(row["branch_index"]), objective_pass=row["objective_pass"],
@@ -93,11 +59,7 @@ def load_records(store: Store, run_id: str) -> list[BranchRecord]:
 
 def load_pairwise(store: Store, run_id: str) -> list[PairwiseOutcome]:
     """Pairwise judgments of a run, one outcome per comparison (both orders merged; disagreement is a tie)."""
-    frame = store.query(
-        "SELECT task_id, branch_a, branch_b, swapped, preference, status FROM judgments "
-        "WHERE run_id = ? AND kind = 'pairwise' ORDER BY task_id, branch_a, branch_b, swapped",
-        [run_id],
-    )
+    frame = store.pairwise_judgments(run_id)
     grouped: dict[tuple[str, int, int], list[str | None]] = {}
     for row in frame.iter_rows(named=True):
         key = (row["task_id"], int(row["branch_a"]), int(row["branch_b"]))

@@ -16,32 +16,7 @@ def fork_summary(store: Store, run_id: str, elapsed_s: float | None = None) -> d
     verifier is ``pass``.
     """
     run = store.run(run_id) or {}
-    per_task = store.query(
-        """
-        WITH latest AS (
-            SELECT * FROM verdicts WHERE run_id = ?
-            QUALIFY row_number() OVER (PARTITION BY task_id, branch_index, verifier ORDER BY created_at DESC) = 1),
-        per_branch AS (
-            SELECT task_id, branch_index,
-                   bool_and(status = 'pass') FILTER (WHERE verifier <> 'judge') AS objective_pass,
-                   bool_or(coalesce(TRY_CAST(json_extract(details, '$.hack_detected') AS BOOLEAN), false)) AS hack
-            FROM latest GROUP BY ALL)
-        SELECT b.task_id, count(*) AS branches,
-               count_if(status = 'ok')::BIGINT AS ok,
-               count_if(status = 'max_turns')::BIGINT AS max_turns,
-               count_if(status = 'error')::BIGINT AS errors,
-               coalesce(sum(input_tokens), 0)::BIGINT AS input_tokens,
-               coalesce(sum(output_tokens), 0)::BIGINT AS output_tokens,
-               sum(cost_usd) AS cost_usd,
-               count(v.objective_pass)::BIGINT AS verified,
-               -- count_if over no verdicts at all (a --no-verify run) is NULL, not 0
-               coalesce(count_if(v.objective_pass), 0)::BIGINT AS passed,
-               coalesce(count_if(v.hack), 0)::BIGINT AS hacks
-        FROM branches b LEFT JOIN per_branch v USING (task_id, branch_index)
-        WHERE b.run_id = ? GROUP BY b.task_id ORDER BY b.task_id
-        """,
-        [run_id, run_id],
-    ).to_dicts()
+    per_task = store.task_summaries(run_id).to_dicts()
     totals = {key: sum(row[key] for row in per_task) for key in
               ("branches", "ok", "max_turns", "errors", "input_tokens", "output_tokens", "verified", "passed",
                "hacks")}

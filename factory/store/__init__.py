@@ -1,4 +1,4 @@
-"""DuckDB store: schema, migrations, idempotent writes, Polars reads."""
+"""DuckDB store: schema, migrations, idempotent writes, Polars reads, and every SQL statement the stages run."""
 
 from factory.store._migrations import MIGRATIONS, Migration, applied_migrations, migrate
 from factory.store._store import Rows, Store, open_store, utc_now

@@ -7,6 +7,11 @@ writing a (run, task, branch) again replaces it and never duplicates it.
 
 DuckDB lets one process hold a file read-write; a second writer gets
 :class:`~factory.errors.StoreLockedError` naming the holder, not a corrupt file.
+
+The store owns the SQL: every read and write another package needs is a named
+method here (its statement in :mod:`factory.store._queries`), returning Polars
+frames or plain values. :meth:`Store.query` is the user's SQL door (``factory
+query``), not something the library calls.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import pyarrow as pa
 from factory.errors import QueryError, StoreError, StoreLockedError, StoreNotFoundError
 from factory.provenance import content_hash
 from factory.settings import default_db_path
+from factory.store import _queries as queries
 from factory.store._migrations import MIGRATIONS, Migration, applied_migrations, migrate
 
 __all__ = ["Rows", "Store", "open_store", "utc_now"]
@@ -307,15 +313,70 @@ class Store:
         with self._transaction():
             return self._write("rankings", rows)
 
+    @_locked
+    def replace_rankings(self, run_id: str, rows: Rows) -> int:
+        """Replace a run's whole stored ranking with ``rows``, atomically.
+
+        Unlike :meth:`write_rankings`, a branch ranked before but absent from
+        ``rows`` loses its old row, so the stored ranking is exactly the new one.
+
+        Returns:
+            The number of ranking rows written.
+        """
+        self._check_writable()
+        with self._transaction():
+            self._execute(queries.DELETE_RANKINGS, [run_id])
+            return self._write("rankings", rows)
+
+    @_locked
+    def write_memories(self, rows: Rows) -> int:
+        """Insert or replace memory rows, keyed by ``memory_id`` (``embedding`` a float list per row)."""
+        with self._transaction():
+            return self._write("memory", rows)
+
+    @_locked
+    def clear_memory(self) -> int:
+        """Delete every memory; return how many there were."""
+        self._check_writable()
+        with self._transaction():
+            return self._execute(queries.DELETE_MEMORIES)
+
+    @_locked
+    def write_memory_discards(self, rows: Rows) -> int:
+        """Insert or replace the branches the memory refused, keyed by (run, task, branch), with a ``reason``."""
+        with self._transaction():
+            return self._write("memory_discards", rows)
+
+    @_locked
+    def clear_memory_discards(self) -> int:
+        """Delete every discard count; return how many rows there were."""
+        self._check_writable()
+        with self._transaction():
+            return self._execute(queries.DELETE_MEMORY_DISCARDS)
+
+    def _execute(self, sql: str, params: Sequence[Any] | None = None) -> int:
+        """Run one of the store's own modifying statements; return the rows it changed."""
+        try:
+            return int(self._con.execute(sql, params).fetchall()[0][0])
+        except duckdb.Error as exc:
+            raise StoreError(f"{' '.join(sql.split()[:3])} failed: {_first_line(exc)}") from exc
+
     # ----------------------------------------------------------------- reads
 
     @_locked
     def query(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> pl.DataFrame:
-        """Run SQL and return a Polars frame.
+        """Run a user's SQL and return a Polars frame: the door ``factory query`` opens.
+
+        The library itself never calls this: what a stage reads or writes is a
+        named method of the store, so the SQL lives in one package.
 
         Raises:
             QueryError: With DuckDB's message on one line.
         """
+        return self._read(sql, params)
+
+    @_locked
+    def _read(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> pl.DataFrame:
         try:
             relation = self._con.sql(sql, params=params)
             if relation is None:  # a statement with no result set
@@ -328,7 +389,7 @@ class Store:
         where = [f"{column} = ?" for column, value in filters.items() if value is not None]
         params = [value for value in filters.values() if value is not None]
         clause = f" WHERE {' AND '.join(where)}" if where else ""
-        return self.query(f"SELECT * FROM {table}{clause} ORDER BY {order}", params)
+        return self._read(f"SELECT * FROM {table}{clause} ORDER BY {order}", params)
 
     def runs(self) -> pl.DataFrame:
         """All runs, newest first."""
@@ -368,7 +429,7 @@ class Store:
 
     def run_summaries(self) -> pl.DataFrame:
         """One row per run with its counts: tasks, branches, errors, events, verdicts."""
-        return self.query(
+        return self._read(
             """
             WITH t AS (SELECT run_id, count(*) AS tasks FROM tasks GROUP BY run_id),
                  b AS (SELECT run_id, count(*) AS branches, count_if(status = 'error')::BIGINT AS errors
@@ -385,6 +446,99 @@ class Store:
             ORDER BY r.created_at DESC, r.run_id
             """
         )
+
+    def table_counts(self) -> dict[str, int]:
+        """Rows in each table, by table name (the migrations ledger left out)."""
+        return {table: int(self._read(queries.TABLE_COUNT.format(table=table)).item())
+                for table in self.tables() if table != "factory_migrations"}
+
+    def branch_records(self, run_id: str) -> pl.DataFrame:
+        """Every branch of a run with its verdict summary, as the ranker reads it.
+
+        Columns: ``task_id, branch_index, temperature, seed, model, status``;
+        ``objective_pass``, ``objective_score``, ``judge_score`` (null for a
+        branch with no such verdict) and ``hack`` (false when unverified), from
+        each verifier's latest verdict (see
+        :func:`~factory.store._queries.verdict_summary_sql`). Ordered by task
+        and branch.
+        """
+        return self._read(queries.BRANCH_RECORDS, {"run": run_id})
+
+    def pairwise_judgments(self, run_id: str) -> pl.DataFrame:
+        """A run's pairwise judge samples, every status.
+
+        Columns: ``task_id, judge, branch_a, branch_b, sample_index, swapped,
+        preference, status``; ordered by task, branches, then ``swapped``, so
+        both orders of one comparison are adjacent.
+        """
+        return self._read(queries.PAIRWISE_JUDGMENTS, [run_id])
+
+    def latest_verdicts(self, run_id: str) -> pl.DataFrame:
+        """The latest verdict of each verifier on each branch of a run.
+
+        The newest by ``created_at``, the highest version breaking a tie.
+        Columns: ``task_id, branch_index, verifier, status, score, details``;
+        ordered by task, branch and verifier.
+        """
+        return self._read(queries.LATEST_VERDICTS, [run_id])
+
+    def task_summaries(self, run_id: str) -> pl.DataFrame:
+        """One row per task of a run: its branches counted, and what they cost.
+
+        Columns: ``task_id, branches, ok, max_turns, errors, input_tokens,
+        output_tokens, cost_usd`` (null when no branch has a cost), ``verified``
+        (branches with an objective verdict), ``passed`` (every latest
+        non-judge verdict passed) and ``hacks``. Ordered by task.
+        """
+        return self._read(queries.TASK_SUMMARIES, [run_id, run_id])
+
+    def run_provenance(self, run_ids: Sequence[str]) -> pl.DataFrame:
+        """``run_id, dataset_hash, config_hash, model, created_at`` of those of ``run_ids`` that are stored."""
+        return self._read(queries.RUN_PROVENANCE, [list(run_ids)])
+
+    def export_branches(self, run_ids: Sequence[str]) -> pl.DataFrame:
+        """Every branch of ``run_ids``, verified, ranked and with its conversation: what an export reads.
+
+        One query joins each verifier's latest verdict per branch (see
+        :func:`~factory.store._queries.verdict_summary_sql`), the stored
+        ranking (null where the run was never ranked), the task's prompt and
+        spec, and the branch's trajectory parsed into typed messages
+        (``json_transform`` to :data:`~factory.store._queries.MESSAGE_JSON_SHAPE`)
+        and split into ``prompt_messages`` (system + user) and
+        ``completion_messages`` (the rest). ``mode`` is the branch's
+        ``run_start`` event's mode (``single-turn`` when absent). Ordered by
+        run, task and branch.
+        """
+        return self._read(queries.EXPORT_BRANCHES, {"runs": list(run_ids)})
+
+    # ---------------------------------------------------------------- memory
+
+    def memory_state(self) -> tuple[int, datetime | None]:
+        """Row count and newest ``created_at`` of ``memory``: changes whenever any writer adds or clears memories."""
+        count, newest = self._read(queries.MEMORY_STATE).row(0)
+        return int(count), newest
+
+    def memory_count(self) -> int:
+        """Stored memories."""
+        return int(self._read(queries.MEMORY_COUNT).item())
+
+    def stored_memory_ids(self, memory_ids: Sequence[str]) -> set[str]:
+        """Which of ``memory_ids`` are stored."""
+        if not memory_ids:
+            return set()
+        return set(self._read(queries.STORED_MEMORY_IDS, [list(memory_ids)])["memory_id"].to_list())
+
+    def memory_spaces(self) -> set[tuple[str, int]]:
+        """The (embedder, dim) pairs of the stored memories."""
+        return {(embedder, int(dim)) for embedder, dim in self._read(queries.MEMORY_SPACES).iter_rows()}
+
+    def memory_space(self, embedder: str, dim: int) -> pl.DataFrame:
+        """Every memory of one (embedder, dim) space, ``embedding`` included, ordered by ``memory_id``."""
+        return self._read(queries.MEMORY_SPACE, [embedder, int(dim)])
+
+    def memory_discard_counts(self) -> dict[str, int]:
+        """Branches the memory refused, counted by reason (reasons in sorted order)."""
+        return {reason: int(n) for reason, n in self._read(queries.MEMORY_DISCARD_COUNTS).iter_rows()}
 
 
 class _Transaction:

@@ -152,16 +152,7 @@ def calibrate_run(store: Store, run_id: str) -> dict[str, Any]:
         ``n_branches`` counts the branches with both a judge score and an
         objective verdict.
     """
-    latest = store.query(
-        """
-        SELECT task_id, branch_index, verifier, status, score, details
-        FROM verdicts WHERE run_id = ?
-        QUALIFY row_number() OVER (PARTITION BY task_id, branch_index, verifier
-                                   ORDER BY created_at DESC, version DESC) = 1
-        ORDER BY task_id, branch_index, verifier
-        """,
-        [run_id],
-    )
+    latest = store.latest_verdicts(run_id)
     judge_scores: dict[tuple[str, int], float] = {}
     objective: dict[tuple[str, int], bool] = {}
     sample_scores: list[list[float]] = []
@@ -179,16 +170,11 @@ def calibrate_run(store: Store, run_id: str) -> dict[str, Any]:
     scores = [judge_scores[key] for key in paired]
     passed = [objective[key] for key in paired]
 
-    pairwise = store.query(
-        """
-        SELECT task_id, judge, branch_a, branch_b, sample_index, swapped, preference
-        FROM judgments
-        WHERE run_id = ? AND kind = 'pairwise' AND status = 'ok' AND preference IS NOT NULL
-        """,
-        [run_id],
-    )
+    pairwise = store.pairwise_judgments(run_id)
     orders: dict[tuple[Any, ...], dict[bool, str]] = {}
     for row in pairwise.iter_rows(named=True):
+        if row["status"] != "ok" or row["preference"] is None:
+            continue
         comparison = (row["task_id"], row["judge"], row["branch_a"], row["branch_b"], row["sample_index"])
         orders.setdefault(comparison, {})[bool(row["swapped"])] = row["preference"]
     pairs = [(both[False], both[True]) for both in orders.values() if len(both) == 2]

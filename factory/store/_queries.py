@@ -1,0 +1,159 @@
+"""The SQL behind the store's named reads and writes: the one place the stages' queries are written.
+
+Other packages never write SQL; they call :class:`~factory.store.Store`
+methods, which run these statements and return Polars frames or plain
+values. The derived columns every stage must agree on (a branch's objective
+pass, its judge score, whether a hack was detected) are defined once here,
+in :func:`verdict_summary_sql`.
+"""
+
+from __future__ import annotations
+
+__all__: list[str] = []  # internal: other packages reach these statements through Store methods
+
+#: The typed shape of one stored message (DuckDB ``json_transform`` structure).
+MESSAGE_JSON_SHAPE = (
+    '{"role": "VARCHAR", "content": "VARCHAR", "name": "VARCHAR", "tool_call_id": "VARCHAR", '
+    '"tool_calls": [{"id": "VARCHAR", "type": "VARCHAR", "function": {"name": "VARCHAR", "arguments": "JSON"}}]}'
+)
+
+
+def verdict_summary_sql(run_filter: str) -> str:
+    """SQL: one row per verified branch, from each verifier's latest verdict (the one definition of these columns).
+
+    Columns: ``run_id, task_id, branch_index``; ``objective_pass`` (every latest non-judge verdict passed),
+    ``objective_score`` (their mean score), ``judge_score`` (the latest judge score, pass or fail only),
+    ``hack_detected`` (any verifier caught tampering), ``verifier_versions`` (sorted ``name@version``).
+
+    Args:
+        run_filter: A SQL condition on the ``verdicts`` table selecting the runs (e.g. ``run_id = $run``).
+    """
+    return f"""
+        SELECT run_id, task_id, branch_index,
+               bool_and(status = 'pass') FILTER (WHERE verifier <> 'judge') AS objective_pass,
+               avg(score) FILTER (WHERE verifier <> 'judge') AS objective_score,
+               max(score) FILTER (WHERE verifier = 'judge' AND status IN ('pass', 'fail')) AS judge_score,
+               bool_or(coalesce(TRY_CAST(json_extract(details, '$.hack_detected') AS BOOLEAN), false))
+                   AS hack_detected,
+               list_sort(list(verifier || '@' || version)) AS verifier_versions
+        FROM (SELECT * FROM verdicts WHERE {run_filter}
+              QUALIFY row_number() OVER (PARTITION BY run_id, task_id, branch_index, verifier
+                                         ORDER BY created_at DESC, version DESC) = 1)
+        GROUP BY ALL"""
+
+
+# ------------------------------------------------------------------ runs and branches
+
+#: Row count of one table (the name is quoted by the caller from the store's own table list).
+TABLE_COUNT = 'SELECT count(*) AS n FROM "{table}"'
+
+#: $run: every branch with its arm fields and its verdict summary (null where unverified).
+BRANCH_RECORDS = f"""
+    WITH v AS ({verdict_summary_sql("run_id = $run")})
+    SELECT b.task_id, b.branch_index, b.temperature, b.seed, b.model, b.status,
+           v.objective_pass, v.objective_score, v.judge_score, coalesce(v.hack_detected, false) AS hack
+    FROM branches b LEFT JOIN v USING (run_id, task_id, branch_index)
+    WHERE b.run_id = $run
+    ORDER BY b.task_id, b.branch_index
+    """
+
+#: ?: a run's pairwise judge samples, both orders of a comparison next to each other.
+PAIRWISE_JUDGMENTS = """
+    SELECT task_id, judge, branch_a, branch_b, sample_index, swapped, preference, status FROM judgments
+    WHERE run_id = ? AND kind = 'pairwise' ORDER BY task_id, branch_a, branch_b, swapped, judge, sample_index
+    """
+
+#: ?: the latest verdict of each verifier per branch (newest ``created_at``, highest version breaking a tie).
+LATEST_VERDICTS = """
+    SELECT task_id, branch_index, verifier, status, score, details
+    FROM verdicts WHERE run_id = ?
+    QUALIFY row_number() OVER (PARTITION BY task_id, branch_index, verifier
+                               ORDER BY created_at DESC, version DESC) = 1
+    ORDER BY task_id, branch_index, verifier
+    """
+
+#: ?, ?: the run id twice; per task: branch counts by status, tokens, cost, objective passes and hacks.
+TASK_SUMMARIES = """
+    WITH latest AS (
+        SELECT * FROM verdicts WHERE run_id = ?
+        QUALIFY row_number() OVER (PARTITION BY task_id, branch_index, verifier ORDER BY created_at DESC) = 1),
+    per_branch AS (
+        SELECT task_id, branch_index,
+               bool_and(status = 'pass') FILTER (WHERE verifier <> 'judge') AS objective_pass,
+               bool_or(coalesce(TRY_CAST(json_extract(details, '$.hack_detected') AS BOOLEAN), false)) AS hack
+        FROM latest GROUP BY ALL)
+    SELECT b.task_id, count(*) AS branches,
+           count_if(status = 'ok')::BIGINT AS ok,
+           count_if(status = 'max_turns')::BIGINT AS max_turns,
+           count_if(status = 'error')::BIGINT AS errors,
+           coalesce(sum(input_tokens), 0)::BIGINT AS input_tokens,
+           coalesce(sum(output_tokens), 0)::BIGINT AS output_tokens,
+           sum(cost_usd) AS cost_usd,
+           count(v.objective_pass)::BIGINT AS verified,
+           -- count_if over no verdicts at all (a --no-verify run) is NULL, not 0
+           coalesce(count_if(v.objective_pass), 0)::BIGINT AS passed,
+           coalesce(count_if(v.hack), 0)::BIGINT AS hacks
+    FROM branches b LEFT JOIN per_branch v USING (task_id, branch_index)
+    WHERE b.run_id = ? GROUP BY b.task_id ORDER BY b.task_id
+    """
+
+#: ?: a list of run ids; what an export's manifest records of each.
+RUN_PROVENANCE = """
+    SELECT run_id, dataset_hash, config_hash, model, created_at FROM runs WHERE list_contains(?, run_id)
+    """
+
+#: $runs: a list of run ids; one row per branch with verdicts, ranking, task and typed messages.
+EXPORT_BRANCHES = f"""
+WITH verdict AS ({verdict_summary_sql("list_contains($runs, run_id)")}),
+modes AS (
+    SELECT run_id, task_id, branch_index, json_extract_string(payload, '$.mode') AS mode FROM events
+    WHERE kind = 'run_start' AND list_contains($runs, run_id)
+    QUALIFY row_number() OVER (PARTITION BY run_id, task_id, branch_index ORDER BY seq) = 1),
+parsed AS (
+    SELECT b.*, json_transform(b.trajectory, '[{MESSAGE_JSON_SHAPE}]') AS messages FROM branches b
+    WHERE list_contains($runs, b.run_id))
+SELECT p.run_id, p.task_id, p.branch_index, p.status, p.final_answer, p.model, p.temperature, p.seed,
+       list_slice(p.messages, 1, 2) AS prompt_messages,
+       list_slice(p.messages, 3, len(p.messages)) AS completion_messages,
+       coalesce(list_sum([length(coalesce(m.content, '')) + coalesce(list_sum([
+           length(c.function.name) + length(c.function.arguments::VARCHAR) for c in m.tool_calls]), 0)
+           for m in list_slice(p.messages, 3, len(p.messages))]), 0)::BIGINT AS completion_chars,
+       coalesce(mo.mode, 'single-turn') AS mode,
+       v.objective_pass, coalesce(v.objective_score, 0.0) AS objective_score, v.judge_score,
+       coalesce(v.hack_detected, false) AS hack_detected, coalesce(v.verifier_versions, []) AS verifier_versions,
+       r.rank, r.reward, r.strength, r.ci_low, r.ci_high,
+       t.prompt AS task_prompt, t.verifiers AS task_verifiers, t.spec AS task_spec
+FROM parsed p
+LEFT JOIN modes mo USING (run_id, task_id, branch_index)
+LEFT JOIN verdict v USING (run_id, task_id, branch_index)
+LEFT JOIN rankings r USING (run_id, task_id, branch_index)
+LEFT JOIN tasks t USING (run_id, task_id)
+ORDER BY p.run_id, p.task_id, p.branch_index
+"""
+
+#: ?: delete a run's stored ranking (before writing its new one).
+DELETE_RANKINGS = "DELETE FROM rankings WHERE run_id = ?"
+
+# ------------------------------------------------------------------ memory
+
+#: Row count and newest ``created_at``: changes whenever any writer adds or clears memories.
+MEMORY_STATE = "SELECT count(*), max(created_at) FROM memory"
+
+MEMORY_COUNT = "SELECT count(*) FROM memory"
+
+#: ?: a list of memory ids; those already stored.
+STORED_MEMORY_IDS = "SELECT memory_id FROM memory WHERE list_contains(?, memory_id)"
+
+MEMORY_SPACES = "SELECT DISTINCT embedder, dim FROM memory"
+
+#: ?, ?: embedder and dim; every memory of that space, vectors included, in id order.
+MEMORY_SPACE = """
+    SELECT memory_id, run_id, task_id, branch_index, task_text, key_steps, final_answer, embedder, dim, embedding
+    FROM memory WHERE embedder = ? AND dim = ? ORDER BY memory_id
+    """
+
+DELETE_MEMORIES = "DELETE FROM memory"
+
+MEMORY_DISCARD_COUNTS = "SELECT reason, count(*) FROM memory_discards GROUP BY 1 ORDER BY 1"
+
+DELETE_MEMORY_DISCARDS = "DELETE FROM memory_discards"
