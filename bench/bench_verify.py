@@ -1,39 +1,63 @@
-"""``tests`` verifier throughput: branches/s for a 10-test pytest suite, against a bare pytest loop.
+"""``tests`` verifier throughput: branches/s for a 10-test pytest suite, isolated and in-process, against bare pytest.
 
 One task (a small ``solution.py`` and a ``test_solution.py`` of 10 passing
-tests), N branches. Each branch starts a sandbox seeded with the task's files
-(tests read-only), runs ``TestsVerifier`` on it (the task's ``tests``
-criterion, ``BranchOutput("done")``) and closes it; every verdict must be
-``pass``. One verifier instance is reused and warmed up once, so the
-verifier's one-off reference run of the pristine task is not timed.
+tests), N branches. Contenders, per sandbox backend (``--backends``):
+
+- ``verifier <backend>, isolated (default)``: ``TestsVerifier`` in the
+  default ``test_isolation="process"`` mode, fed the branch's final workspace
+  as ``VerifyContext(..., workspace=...)`` (so no agent sandbox is started
+  only to be read back). The verifier starts two fresh sandboxes of its own:
+  the solution sandbox running ``_solution_server`` (serves the agent's
+  modules over a Unix socket) and the trusted sandbox running pytest and the
+  tests (``_trusted_runner``), which imports the solution across the import
+  boundary. No reference run in this mode.
+- ``verifier <backend>, in-process guarded``: the old mode
+  (``test_isolation="in-process"``), measured as before: each branch starts
+  an agent sandbox seeded with the task's files (tests read-only), the
+  verifier reads the workspace back from it, runs the guarded pytest
+  (pytest and the solution in one guarded process) in a fresh sandbox, and
+  the agent sandbox is closed. Its one-off reference run of the pristine
+  task is warmed up once and not timed.
+
+Every verdict must be ``pass`` with all 10 tests passed (and, in-process,
+checked against a reference). One verifier instance per backend is reused
+and warmed up once in each mode.
 
 Baselines, measured in the same run, sequential and with 2 workers (the
-verifier runs the same way, with an ``asyncio.Semaphore``):
+verifiers run the same way, with an ``asyncio.Semaphore``):
 
 - ``bare pytest``: ``python -m pytest -q`` through ``subprocess.run`` in a
   temp dir holding the same two files, the venv's interpreter, plugins
   autoloaded as installed, in a session of its own as sandboxed commands
   are (Linux autogroup scheduling gives each session its own share of the
   CPUs, which would favour the sandboxes whenever anything else runs);
-- ``bare pytest, like-for-like``: the same with what the guard does to pytest
-  anyway (``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1``, ``-p no:cacheprovider``), so
-  the comparison charges the verifier only for the sandbox and the guard, not
-  credits it for skipping installed plugins. The goal is judged against this
-  one.
+- ``bare pytest, like-for-like``: the same with what both verifier modes do
+  to pytest anyway (``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1``, ``-p
+  no:cacheprovider``), so the comparison charges the verifier only for the
+  sandboxes, the guard or the isolation boundary, not credits it for
+  skipping installed plugins. The goal is judged against this one.
 
 Contenders take turns in chunks of ``--chunk`` branches (round-robin), so
 drifts in machine load hit all of them alike; beside each ratio of totals is
 the median over rounds of the paired ratio (each turn against the bare turn
 of the same round), which shrugs off bursts of other load on a shared
-machine. The goal is judged on the ratio of totals. Per-branch CPU is printed
-too (bwrap's sandboxed processes are not reaped by this process, so their
-CPU is not visible here).
+machine. The goal is judged on the ratio of totals. The whole machine's CPU
+use during the timed loops is printed, so a run on a machine other work
+loads can be told apart. Per-branch CPU is printed too (bwrap's sandboxed
+processes are not reaped by this process, so their CPU is not visible here).
 
-Goal: verifier (bwrap) >= 80% of the matching bare loop's branches/s.
+Goal: the isolated verifier (bwrap, the default backend; the first backend
+where bwrap is not run) >= 60% of like-for-like bare pytest's branches/s.
+Stretch: faster than bare pytest (> 100%).
 
-A breakdown then times the parts of one verification (median of ``--runs``):
-sandbox start/close, a no-op command in the sandbox, plain pytest in the
-sandbox, the guarded run on the host and in the sandbox, the workspace scans.
+A breakdown then times the parts of one isolated verification (median of
+``--runs``, sequential): each of the two sandbox starts, the solution
+server's start-up until its socket is listening, the trusted pytest run
+(launch to report, the server already listening), the server's exit after
+the hang-up, the two closes; then the whole ``run_isolated`` and the whole
+verifier calls of both modes, against host references (``python -c pass``,
+``import pytest``, like-for-like pytest). It replays ``run_isolated``'s steps
+with the module's private helpers, so the parts can be timed one by one.
 
 Usage: python bench/bench_verify.py [--branches 40] [--concurrency 2] [--chunk 4] [--runs 10]
        [--backends bwrap,none] [--no-installed] [--no-breakdown]
@@ -61,11 +85,11 @@ from pathlib import Path
 
 from _results import print_table, record, verdict  # bench/ is on sys.path
 
-from factory.sandbox import NoSandboxWarning, Sandbox, SandboxSpec, create_sandbox
+from factory.sandbox import NoSandboxWarning, Sandbox, SandboxLimits, SandboxSpec, create_sandbox
 from factory.tasks import Task
 from factory.verifiers import BranchOutput, TestsVerifier, Verdict, VerifyContext, criteria_for, run_verifier
-from factory.verifiers._pytest_guard import GUARD_SOURCE
-from factory.verifiers._tests import _pytest_args, scan_workspace
+from factory.verifiers._isolation import SOCKET_NAME, _script, module_names, run_isolated, solution_files, trusted_files
+from factory.verifiers._tests import _pytest_args
 
 SOLUTION = '''\
 """A few small functions for the benchmark's tests."""
@@ -144,17 +168,20 @@ def test_word_count():
 
 N_TESTS = TESTS.count("\ndef test_")
 TASK = Task(id="bench-verify", prompt="Implement the functions in solution.py.",
-            files={"solution.py": SOLUTION}, tests={"test_solution.py": TESTS})
+            files={"solution.py": SOLUTION}, tests={"test_solution.py": TESTS})  # test_isolation: "process"
+TASK_IN_PROCESS = TASK.model_copy(update={"test_isolation": "in-process"})
+WORKSPACE: dict[str, str | bytes] = {**TASK.files, **TASK.tests}  # the final workspace: the agent changed nothing
 PYTEST = [sys.executable, "-m", "pytest", "-q"]
-LIKE_FOR_LIKE = ["-p", "no:cacheprovider"]  # plus PYTEST_DISABLE_PLUGIN_AUTOLOAD=1, as the guard runs pytest
-GOAL = 0.8
-
-
+LIKE_FOR_LIKE = ["-p", "no:cacheprovider"]  # plus PYTEST_DISABLE_PLUGIN_AUTOLOAD=1, as both verifier modes run pytest
+GOAL = 0.6  # isolated verifier / like-for-like bare pytest, branches/s
+STRETCH = 1.0
+ISOLATED, IN_PROCESS = "isolated (default)", "in-process guarded"
+MODES = (ISOLATED, IN_PROCESS)
 
 
 def seed_dir(path: Path) -> Path:
-    for rel, text in {**TASK.files, **TASK.tests}.items():
-        (path / rel).write_text(text)
+    for rel, text in WORKSPACE.items():
+        (path / rel).write_text(str(text))
     return path
 
 
@@ -197,7 +224,7 @@ def machine_busy() -> tuple[int, int]:
 
 @dataclass
 class Branch:
-    setup_s: float  # sandbox create + start
+    setup_s: float  # agent sandbox create + start (in-process mode; 0 when the workspace is handed over)
     verify_s: float
     close_s: float
     verdict: Verdict | None = None
@@ -215,36 +242,60 @@ class Tally:
     branches: list[Branch] | None = None
     error: str | None = None
     chunks: list[float] = field(default_factory=list)  # seconds of each round-robin turn
+    mode: str | None = None  # verifier contenders: ISOLATED or IN_PROCESS
+    backend: str | None = None
 
     @property
     def rate(self) -> float:
         return self.done / self.seconds if self.seconds else 0.0
 
 
-async def one_branch(backend: str, verifier: TestsVerifier) -> Branch:
+def contender(backend: str, mode: str) -> str:
+    return f"verifier {backend}, {mode}"
+
+
+async def one_branch(backend: str, mode: str, verifier: TestsVerifier) -> Branch:
     criterion = next(c for c in criteria_for(TASK) if c.id == "tests")
+    if mode == ISOLATED:
+        # The final workspace handed over: the verifier starts its two sandboxes, and no agent sandbox is needed.
+        t0 = time.perf_counter()
+        result = await run_verifier(verifier, VerifyContext(TASK, BranchOutput("done"), criterion,
+                                                            workspace=WORKSPACE))
+        return Branch(0.0, time.perf_counter() - t0, 0.0, result)
     t0 = time.perf_counter()
-    sandbox = create_sandbox(backend, SandboxSpec(files=TASK.files, readonly_files=TASK.tests))
+    sandbox = create_sandbox(backend, SandboxSpec(files=TASK_IN_PROCESS.files,
+                                                  readonly_files=TASK_IN_PROCESS.tests))
     await sandbox.start()
     t1 = time.perf_counter()
     try:
-        result = await run_verifier(verifier, VerifyContext(TASK, BranchOutput("done"), criterion, sandbox))
+        result = await run_verifier(verifier, VerifyContext(TASK_IN_PROCESS, BranchOutput("done"), criterion,
+                                                            sandbox))
         t2 = time.perf_counter()
     finally:
         await sandbox.close()
     return Branch(t1 - t0, t2 - t1, time.perf_counter() - t2, result)
 
 
-def check(branches: Sequence[Branch], label: str) -> str | None:
-    """None if every verdict passed all the tests against a reference; else what went wrong."""
+def check(branches: Sequence[Branch], label: str, mode: str) -> str | None:
+    """None if every verdict passed all the tests in the expected mode; else what went wrong."""
     verdicts = [b.verdict for b in branches if b.verdict is not None]
     bad = [v for v in verdicts if v.status != "pass"]
     if bad:
         return (f"{label}: {len(bad)}/{len(verdicts)} verdicts not 'pass'; first: {bad[0].status} "
                 f"{json.dumps(bad[0].details, default=str)[:1000]}")
-    wrong = [v for v in verdicts if v.details.get("passed") != N_TESTS or not v.details.get("reference")]
+
+    def right(d: dict) -> bool:
+        if d.get("passed") != N_TESTS or d.get("total") != N_TESTS:
+            return False
+        if mode == ISOLATED:  # no reference run in isolated mode
+            return d.get("method") == "isolated" and d.get("isolation") == "process" and "reference" not in d
+        return d.get("method") == "junit" and d.get("isolation") == "in-process" and d.get("reference") is True
+
+    wrong = [v for v in verdicts if not right(v.details)]
     if wrong:
-        return f"{label}: expected {N_TESTS} passed with a reference, got {wrong[0].details}"
+        expected = ("method isolated, isolation process, no reference" if mode == ISOLATED
+                    else "method junit, isolation in-process, with a reference")
+        return f"{label}: expected {N_TESTS}/{N_TESTS} passed, {expected}; got {wrong[0].details}"
     return None
 
 
@@ -261,22 +312,27 @@ async def measure(n: int, workers: int, chunk: int, backends: Sequence[str], ins
                 list(pool.map(lambda i: bare_pytest(dirs[i % workers], like), range(k)))
         return []
 
-    async def verify(backend: str, k: int) -> list[Branch]:
+    async def verify(backend: str, mode: str, k: int) -> list[Branch]:
         gate = asyncio.Semaphore(workers)
 
         async def gated() -> Branch:
             async with gate:
-                return await one_branch(backend, verifiers[backend])
+                return await one_branch(backend, mode, verifiers[backend])
 
         return list(await asyncio.gather(*(gated() for _ in range(k))))
 
     contenders: dict[str, Callable[[int], Awaitable[list[Branch]]]] = {}
+    tallies: dict[str, Tally] = {}
     if installed:
         contenders["bare pytest, as installed"] = lambda k: bare(False, k)
     contenders["bare pytest, like-for-like"] = lambda k: bare(True, k)
+    for name in contenders:
+        tallies[name] = Tally(name)
     for backend in backends:
-        contenders[f"verifier {backend}"] = lambda k, backend=backend: verify(backend, k)
-    tallies = {name: Tally(name, branches=[] if name.startswith("verifier") else None) for name in contenders}
+        for mode in MODES:
+            name = contender(backend, mode)
+            contenders[name] = lambda k, backend=backend, mode=mode: verify(backend, mode, k)
+            tallies[name] = Tally(name, branches=[], mode=mode, backend=backend)
     left = n
     while left > 0:
         k = min(chunk, left)
@@ -295,17 +351,18 @@ async def measure(n: int, workers: int, chunk: int, backends: Sequence[str], ins
             if tally.branches is not None:
                 tally.branches += branches
     for tally in tallies.values():
-        if tally.branches is not None:
-            tally.error = check(tally.branches, f"{tally.name} x{workers}")
+        if tally.branches is not None and tally.mode is not None:
+            tally.error = check(tally.branches, f"{tally.name} x{workers}", tally.mode)
     return list(tallies.values())
 
 
 async def throughput(n: int, concurrency: int, chunk: int, backends: Sequence[str],
                      installed: bool) -> dict[int, list[Tally]]:
-    """All timed loops in one event loop (the verifier caches its reference run per loop)."""
+    """All timed loops in one event loop (the verifier caches its in-process reference run per loop)."""
     verifiers = {backend: TestsVerifier(reference_sandbox=backend) for backend in backends}
     for backend in backends:
-        await one_branch(backend, verifiers[backend])  # runs (and caches) the reference; not timed
+        for mode in MODES:  # in-process: runs (and caches) the reference; isolated: warms caches. Not timed.
+            await one_branch(backend, mode, verifiers[backend])
     busy0 = machine_busy()
     start = time.perf_counter()
     out = {}
@@ -322,7 +379,8 @@ async def throughput(n: int, concurrency: int, chunk: int, backends: Sequence[st
     total_jiffies = busy1[1] - busy0[1]
     busy_share = (busy1[0] - busy0[0]) / total_jiffies if total_jiffies else float("nan")
     print(f"    machine CPU busy during the timed loops: {busy_share:.0%} of {os.cpu_count()} cores over "
-          f"{time.perf_counter() - start:.0f} s (this bench's own CPU, bwrap sandboxes not counted: {own:.0f} s)")
+          f"{time.perf_counter() - start:.0f} s (this bench's own CPU, bwrap sandboxes not counted: {own:.0f} s); "
+          f"load average at the end: {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
     return out
 
 
@@ -330,31 +388,98 @@ async def throughput(n: int, concurrency: int, chunk: int, backends: Sequence[st
 
 
 Probe = Callable[[], Awaitable["dict[str, float] | None"]]
+PART_ORDER = ("solution sandbox start", "trusted sandbox start", "solution server start-up to listening",
+              "trusted pytest run (launch to report)", "server exit after hang-up", "sandbox close x2",
+              "sum of the parts")
+
+
+async def isolated_parts(backend: str, limits: SandboxLimits, timeout_s: float) -> dict[str, float]:
+    """One isolated run, ``run_isolated``'s steps one after another, each timed.
+
+    Unlike ``run_isolated`` (which launches the server and the trusted runner
+    together, so the server's start-up overlaps the runner's), the trusted
+    runner is launched only once the server listens: its time is then its own
+    (interpreter start, connect, pytest import and run, report).
+    """
+    solution = solution_files(TASK, WORKSPACE)
+    data, tests = trusted_files(TASK)
+    modules = module_names(solution, {**data, **tests})
+    args = _pytest_args(TASK.effective_test_command or "", TASK)
+    assert args is not None
+    shared = tempfile.mkdtemp(prefix="bench-verify-channel-")
+    os.chmod(shared, 0o1777)
+    socket_path = Path(shared) / SOCKET_NAME
+    parts: dict[str, float] = {}
+    try:
+        t0 = time.perf_counter()
+        solution_box = create_sandbox(backend, SandboxSpec(files=solution, limits=limits, shared_dir=shared))
+        await solution_box.start()
+        t1 = time.perf_counter()
+        trusted_box = create_sandbox(backend, SandboxSpec(files=data, readonly_files=tests, limits=limits,
+                                                          shared_dir=shared))
+        try:
+            await trusted_box.start()
+            t2 = time.perf_counter()
+            parts["solution sandbox start"], parts["trusted sandbox start"] = t1 - t0, t2 - t1
+            server_settings = {"socket": f"{solution_box.shared_path}/{SOCKET_NAME}", "accept_timeout": timeout_s,
+                               "paths": ["."]}
+            server = asyncio.ensure_future(solution_box.exec(
+                ["python", "-I", "-B", "-c", _script("_solution_server")], timeout=timeout_s,
+                stdin=json.dumps(server_settings)))
+            try:
+                while not socket_path.exists():  # bound, chmod-ed and listening a moment later
+                    if server.done():
+                        raise SystemExit(f"error: {backend}: solution server exited: {server.result().describe()}")
+                    await asyncio.sleep(0.0005)
+                t3 = time.perf_counter()
+                parts["solution server start-up to listening"] = t3 - t2
+                nonce = secrets.token_hex(16)
+                runner_settings = {"socket": f"{trusted_box.shared_path}/{SOCKET_NAME}", "modules": modules,
+                                   "args": args, "nonce": nonce, "call_timeout": timeout_s / 2,
+                                   "connect_timeout": 30.0}
+                result = await trusted_box.exec(["python", "-I", "-B", "-c", _script("_trusted_runner")],
+                                                timeout=timeout_s, stdin=json.dumps(runner_settings))
+                t4 = time.perf_counter()
+                if f"{nonce} " not in result.stdout or not result.ok:
+                    raise SystemExit(f"error: {backend}: trusted runner failed: {result.describe()[-1500:]}")
+                parts["trusted pytest run (launch to report)"] = t4 - t3
+                await asyncio.wait_for(asyncio.shield(server), 10)
+                t5 = time.perf_counter()
+                parts["server exit after hang-up"] = t5 - t4
+            finally:
+                if not server.done():
+                    server.cancel()
+                    await asyncio.gather(server, return_exceptions=True)
+        finally:
+            t5 = time.perf_counter()
+            await trusted_box.close()
+            await solution_box.close()
+        parts["sandbox close x2"] = time.perf_counter() - t5
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+    parts["sum of the parts"] = sum(parts.values())
+    return parts
 
 
 async def breakdown(backends: Sequence[str], runs: int) -> dict[str, float]:
     """Median ms of each part of one verification, on the host and per backend, timed round-robin.
 
-    Diagnostic: it calls the verifier's private ``_guarded_run`` to time the guarded pytest alone.
+    Diagnostic: it replays ``run_isolated`` with the isolation module's private helpers.
     """
     args = _pytest_args(TASK.effective_test_command or "", TASK)
     assert args is not None
-    verifier = TestsVerifier(reference_sandbox=None)
+    criterion = criteria_for(TASK)[0]
     spec = SandboxSpec(files=TASK.files, readonly_files=TASK.tests)
     probes: dict[str, Probe] = {}
     with tempfile.TemporaryDirectory(prefix="bench-verify-") as tmp:
         (Path(tmp) / "ws").mkdir()
-        (Path(tmp) / "scratch").mkdir()
         cwd = seed_dir(Path(tmp) / "ws")
-        # The guard leaves its JUnit temp dir behind; keep it in here, not in the host's /tmp.
-        env = {**bare_env(True), "TMPDIR": str(Path(tmp) / "scratch")}
+        env = bare_env(True)
 
-        def host(argv: list[str], stdin: bool = False) -> Probe:
+        def host(argv: list[str]) -> Probe:
             async def probe() -> None:
-                settings = json.dumps({"nonce": secrets.token_hex(16), "args": args,
-                                       "test_files": sorted(TASK.tests), "allow_conftest": False})
-                result = subprocess.run(argv, cwd=cwd, env=env, input=settings if stdin else None,
-                                        capture_output=True, text=True, start_new_session=True)
+                result = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True,
+                                        start_new_session=True)
                 if result.returncode != 0:
                     raise SystemExit(f"error: host {argv[:4]} failed:\n{result.stdout}{result.stderr}")
             return probe
@@ -362,23 +487,15 @@ async def breakdown(backends: Sequence[str], runs: int) -> dict[str, float]:
         probes["host   python -c pass"] = host([sys.executable, "-c", "pass"])
         probes["host   python -c 'import pytest'"] = host([sys.executable, "-c", "import pytest"])
         probes["host   pytest -q (like-for-like)"] = host(PYTEST + LIKE_FOR_LIKE)
-        probes["host   guard program (python -I -c GUARD)"] = host([sys.executable, "-I", "-c", GUARD_SOURCE], True)
 
         sandboxes: list[Sandbox] = []
         try:
             for backend in backends:
+                verifier = TestsVerifier(reference_sandbox=backend)  # in-process reference: cached in warm-up
                 sandbox = create_sandbox(backend, spec)
                 await sandbox.start()
                 sandboxes.append(sandbox)
                 tag = f"{backend:6} "
-
-                async def start_close(backend: str = backend) -> dict[str, float]:
-                    fresh = create_sandbox(backend, spec)
-                    t0 = time.perf_counter()
-                    await fresh.start()
-                    t1 = time.perf_counter()
-                    await fresh.close()
-                    return {"sandbox start (seed workspace)": t1 - t0, "sandbox close": time.perf_counter() - t1}
 
                 def run(command: list[str], sandbox: Sandbox = sandbox) -> Probe:
                     async def probe() -> None:
@@ -388,37 +505,47 @@ async def breakdown(backends: Sequence[str], runs: int) -> dict[str, float]:
                             raise SystemExit(f"error: {sandbox.name}: {command[:4]} failed: {tail}")
                     return probe
 
-                async def guarded(sandbox: Sandbox = sandbox) -> None:
-                    payload = await verifier._guarded_run(sandbox, TASK, args)
-                    if payload.get("unreported") or payload.get("exit") != 0:
-                        raise SystemExit(f"error: {sandbox.name}: guarded run failed: {payload}")
+                async def parts(backend: str = backend, verifier: TestsVerifier = verifier) -> dict[str, float]:
+                    return await isolated_parts(backend, verifier.limits, verifier.timeout_s)
 
-                async def scan(sandbox: Sandbox = sandbox) -> None:
-                    await scan_workspace(sandbox, TASK)
+                async def isolated_whole(backend: str = backend, verifier: TestsVerifier = verifier) -> None:
+                    run = await run_isolated(TASK, solution_files(TASK, WORKSPACE), args, sandbox=backend,
+                                             limits=verifier.limits, timeout_s=verifier.timeout_s)
+                    if run.payload is None or run.payload.get("exit") != 0:
+                        raise SystemExit(f"error: {backend}: run_isolated failed: {run}")
 
-                async def whole(sandbox: Sandbox = sandbox) -> None:
-                    await verifier(VerifyContext(TASK, BranchOutput("done"), criteria_for(TASK)[0], sandbox))
+                def whole(mode: str, verifier: TestsVerifier = verifier, sandbox: Sandbox = sandbox,
+                          backend: str = backend) -> Probe:
+                    async def probe() -> None:
+                        ctx = (VerifyContext(TASK, BranchOutput("done"), criterion, workspace=WORKSPACE)
+                               if mode == ISOLATED else
+                               VerifyContext(TASK_IN_PROCESS, BranchOutput("done"), criterion, sandbox))
+                        result = await verifier(ctx)
+                        if result.status != "pass":
+                            raise SystemExit(f"error: {backend}: {mode} verifier call: {result.details}")
+                    return probe
 
-                probes[tag + "sandbox start + close"] = start_close
                 probes[tag + "exec `python -c pass`"] = run(["python", "-c", "pass"])
                 probes[tag + "exec `python -c 'import pytest'`"] = run(["python", "-c", "import pytest"])
                 probes[tag + "exec plain pytest -q (like-for-like)"] = run(
                     ["env", "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1", "python", "-m", "pytest", "-q", *LIKE_FOR_LIKE])
-                probes[tag + "exec guarded pytest (_guarded_run)"] = guarded
-                probes[tag + "scan_workspace (runs twice per call)"] = scan
-                probes[tag + "whole verifier call (no reference)"] = whole
+                probes[tag + "isolated, part by part"] = parts
+                probes[tag + "isolated total (run_isolated)"] = isolated_whole
+                probes[tag + "verifier call, isolated (workspace given)"] = whole(ISOLATED)
+                probes[tag + "verifier call, in-process (agent sandbox)"] = whole(IN_PROCESS)
 
             times: dict[str, list[float]] = {}
             for attempt in range(runs + 1):  # the first round warms up
                 for name, probe in probes.items():
                     start = time.perf_counter()
-                    parts = await probe()
+                    split = await probe()
                     elapsed = time.perf_counter() - start
                     if not attempt:
                         continue
-                    if parts:
-                        for part, seconds in parts.items():
-                            times.setdefault(name.split(" ", 1)[0].ljust(7) + part, []).append(seconds)
+                    if split:
+                        for part, seconds in split.items():
+                            times.setdefault(name.split(" ", 1)[0].ljust(7) + "isolated: " + part, []).append(
+                                seconds)
                     else:
                         times.setdefault(name, []).append(elapsed)
         finally:
@@ -428,6 +555,11 @@ async def breakdown(backends: Sequence[str], runs: int) -> dict[str, float]:
 
 
 # ------------------------------------------------------------------ main
+
+
+def goal_backend(backends: Sequence[str]) -> str | None:
+    """The backend the goal is judged on: bwrap, the verifier's default, else the first one run."""
+    return "bwrap" if "bwrap" in backends else (backends[0] if backends else None)
 
 
 def main() -> None:
@@ -445,13 +577,16 @@ def main() -> None:
     if "bwrap" in backends and shutil.which("bwrap") is None:
         print("bwrap: not installed, skipped")
         backends.remove("bwrap")
+    judged = goal_backend(backends)
     n, conc = args.branches, args.concurrency
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, uid {os.geteuid()}; task: {N_TESTS} tests; "
-          f"python = {sys.executable}")
+          f"python = {sys.executable}; load average at start: {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
 
     print(f"\n[1] {n} branches per contender, sequential and x{conc}, timed in round-robin chunks of {args.chunk}:")
-    print("    bare pytest: subprocess.run(python -m pytest -q) in a temp dir; verifier: sandbox start + "
-          "TestsVerifier + close (reference run warmed up, not timed)")
+    print("    bare pytest: subprocess.run(python -m pytest -q) in a temp dir; verifier, isolated (default): "
+          "TestsVerifier on the handed-over workspace (2 sandboxes of its own: solution server + trusted pytest); "
+          "verifier, in-process guarded: agent sandbox start + TestsVerifier (reads it, guarded pytest in a fresh "
+          "sandbox; reference warmed up, not timed) + close")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", NoSandboxWarning)
         loops = asyncio.run(throughput(n, conc, args.chunk, backends, not args.no_installed))
@@ -460,41 +595,54 @@ def main() -> None:
         by_name = {t.name: t for t in tallies}
         fair_base = by_name["bare pytest, like-for-like"]
         loose_base = by_name.get("bare pytest, as installed")
-        print(f"\n    x{w} {'':28} {'seconds':>8} {'branches/s':>11} {'ms/branch':>10}  vs like-for-like bare")
+        print(f"\n    x{w} {'':36} {'seconds':>8} {'branches/s':>11} {'ms/branch':>10}  vs like-for-like bare")
         for t in tallies:
             ratio = t.rate / fair_base.rate
             # Paired: this contender's turn against the like-for-like bare turn of the same round (robust to drift).
             paired = statistics.median(b / c for b, c in zip(fair_base.chunks, t.chunks))
             goal = ""
-            if t.name == "verifier bwrap":
-                goal = f"  (goal >= {GOAL:.0%}: {verdict(ratio >= GOAL and not t.error)})"
+            judged_here = t.mode == ISOLATED and t.backend == judged
+            if judged_here:
+                goal = (f"  (goal >= {GOAL:.0%}: {verdict(ratio >= GOAL and not t.error)}; "
+                        f"stretch > {STRETCH:.0%}: {verdict(ratio > STRETCH and not t.error)})")
             if t is not fair_base:
                 goal += f"  [median of paired rounds: {paired:.1%}]"
-            hidden = " (bwrap hides its own)" if "bwrap" in t.name else ""
+            hidden = " (bwrap hides its own)" if t.backend == "bwrap" else ""
             cpu = (f"CPU/branch: this process {t.cpu_self_s / t.done * 1000:5.1f} ms, "
                    f"children {t.cpu_children_s / t.done * 1000:6.1f} ms{hidden}")
-            print(f"    {t.name:32} {t.seconds:8.2f} {t.rate:11.2f} {t.seconds / t.done * 1000:10.1f}  {ratio:7.1%}"
+            print(f"    {t.name:40} {t.seconds:8.2f} {t.rate:11.2f} {t.seconds / t.done * 1000:10.1f}  {ratio:7.1%}"
                   f"{goal}{'  [VERDICTS NOT PASS]' if t.error else ''}")
-            print(f"    {'':32} {cpu}")
-            if t.branches:
+            print(f"    {'':40} {cpu}")
+            if t.branches and t.mode == ISOLATED:
+                verify = statistics.mean(b.verify_s for b in t.branches) * 1000
+                print(f"    {'':40} per branch (mean, each branch's own wall time): verifier call {verify:.1f} ms "
+                      "(its two sandboxes' start and close included)")
+            elif t.branches:
                 setup, verify, close = (statistics.mean(getattr(b, f) for b in t.branches) * 1000
                                         for f in ("setup_s", "verify_s", "close_s"))
                 total = setup + verify + close
-                print(f"    {'':32} per branch (mean, each branch's own wall time): sandbox start {setup:.1f} ms + "
-                      f"verify {verify:.1f} ms + close {close:.1f} ms = {total:.1f} ms "
-                      f"(start+close {(setup + close) / total:.1%})")
-            if t.name.startswith("verifier"):
-                backend = t.name.split()[-1]
-                ok = (ratio >= GOAL and not t.error) if backend == "bwrap" else None
-                record(f"verify {backend}", f"branches/s x{w}", f"{t.rate:.2f}", f"{fair_base.rate:.2f}",
-                       f"{ratio:.1%}", f">= {GOAL:.0%} bare" if backend == "bwrap" else "", ok)
-                record(f"verify {backend}", f"paired-round median x{w}", "", "", f"{paired:.1%}")
-                if loose_base is not None:
-                    record(f"verify {backend}", f"vs as-installed bare x{w}", f"{t.rate:.2f}",
-                           f"{loose_base.rate:.2f}", f"{t.rate / loose_base.rate:.1%}")
-                if t.error:
-                    errors.append(t.error)
-                    record(f"verify {backend}", f"verdicts x{w}", "not all pass", "", "", "all pass", False)
+                print(f"    {'':40} per branch (mean, each branch's own wall time): agent sandbox start "
+                      f"{setup:.1f} ms + verify {verify:.1f} ms + close {close:.1f} ms = {total:.1f} ms")
+            if t.mode is None:
+                continue
+            bench = f"verify {t.backend}, {'isolated' if t.mode == ISOLATED else 'in-process'}"
+            ok = (ratio >= GOAL and not t.error) if judged_here else None
+            record(bench, f"branches/s x{w}", f"{t.rate:.2f}", f"{fair_base.rate:.2f}", f"{ratio:.1%}",
+                   f">= {GOAL:.0%} bare" if judged_here else "", ok)
+            if judged_here:
+                record(bench, f"stretch x{w}", f"{t.rate:.2f}", f"{fair_base.rate:.2f}", f"{ratio:.1%}",
+                       f"> {STRETCH:.0%} bare", ratio > STRETCH and not t.error)
+            record(bench, f"paired-round median x{w}", "", "", f"{paired:.1%}")
+            if loose_base is not None:
+                record(bench, f"vs as-installed bare x{w}", f"{t.rate:.2f}", f"{loose_base.rate:.2f}",
+                       f"{t.rate / loose_base.rate:.1%}")
+            if t.mode == ISOLATED:
+                other = by_name[contender(t.backend or "", IN_PROCESS)]
+                record(bench, f"vs in-process guarded x{w}", f"{t.rate:.2f}", f"{other.rate:.2f}",
+                       f"{t.rate / other.rate:.1%}")
+            if t.error:
+                errors.append(t.error)
+                record(bench, f"verdicts x{w}", "not all pass", "", "", "all pass", False)
         if w != 1 and 1 in loops:
             print(f"    scaling x{w} / x1: " + ", ".join(
                 f"{t.name} {t.rate / {u.name: u for u in loops[1]}[t.name].rate:.2f}x" for t in tallies))
@@ -508,17 +656,40 @@ def main() -> None:
             warnings.simplefilter("ignore", NoSandboxWarning)
             parts = asyncio.run(breakdown(backends, args.runs))
         ref = parts["host   pytest -q (like-for-like)"]
-        for name, ms in parts.items():
-            print(f"    {name:50} {ms:8.1f} ms  ({ms / ref:5.2f}x host like-for-like pytest)")
+        order = [name for name in parts if not name.split(" ", 1)[-1].lstrip().startswith("isolated: ")]
+        for backend in backends:  # the isolated run's parts in their order, after the backend's exec probes
+            tag = f"{backend:6} "
+            at = order.index(tag + "isolated total (run_isolated)")
+            order[at:at] = [tag + "isolated: " + part for part in PART_ORDER]
+        for name in order:
+            ms = parts[name]
+            print(f"    {name:52} {ms:8.1f} ms  ({ms / ref:5.2f}x host like-for-like pytest)")
+        print("    (median of each part on its own: the sum of medians need not equal the median of the sum)")
         for backend in backends:
             tag = f"{backend:6} "
+            part = {p: parts[tag + "isolated: " + p] for p in PART_ORDER}
+            starts = part["solution sandbox start"] + part["trusted sandbox start"]
             sandbox_cost = parts[tag + "exec `python -c pass`"] - parts["host   python -c pass"]
-            guard_cost = (parts[tag + "exec guarded pytest (_guarded_run)"]
-                          - parts[tag + "exec plain pytest -q (like-for-like)"])
-            print(f"    {backend}: sandbox cost per command (exec `python -c pass` - host) {sandbox_cost:+.1f} ms; "
-                  f"guard cost (guarded - plain pytest, both in {backend}) {guard_cost:+.1f} ms")
-            record(f"parts {backend}", "sandbox ms per command", f"{sandbox_cost:+.1f}")
-            record(f"parts {backend}", "guard ms (vs plain pytest)", f"{guard_cost:+.1f}")
+            trusted_vs_plain = (part["trusted pytest run (launch to report)"]
+                                - parts[tag + "exec plain pytest -q (like-for-like)"])
+            total = parts[tag + "isolated total (run_isolated)"]
+            print(f"    {backend}: sandbox start x2 {starts:.1f} ms, server start-up to listening "
+                  f"{part['solution server start-up to listening']:.1f} ms, trusted pytest run "
+                  f"{part['trusted pytest run (launch to report)']:.1f} ms ({trusted_vs_plain:+.1f} ms vs plain "
+                  f"pytest in {backend}), close x2 {part['sandbox close x2']:.1f} ms; run_isolated total "
+                  f"{total:.1f} ms = {total / ref:.2f}x host pytest; sandbox cost per command {sandbox_cost:+.1f} ms")
+            bench = f"parts {backend}"
+            record(bench, "sandbox start x2 ms", f"{starts:.1f}")
+            record(bench, "server start-up to listening ms", f"{part['solution server start-up to listening']:.1f}")
+            record(bench, "trusted pytest run ms", f"{part['trusted pytest run (launch to report)']:.1f}",
+                   f"{parts[tag + 'exec plain pytest -q (like-for-like)']:.1f}", "", "baseline: plain pytest there")
+            record(bench, "sandbox close x2 ms", f"{part['sandbox close x2']:.1f}")
+            record(bench, "isolated total ms (run_isolated)", f"{total:.1f}", f"{ref:.1f}", f"{total / ref:.2f}x",
+                   "baseline: host pytest")
+            record(bench, "verifier call ms, isolated",
+                   f"{parts[tag + 'verifier call, isolated (workspace given)']:.1f}")
+            record(bench, "verifier call ms, in-process",
+                   f"{parts[tag + 'verifier call, in-process (agent sandbox)']:.1f}")
     print_table()
     if errors:
         print(f"\nerror: {len(errors)} loop(s) had verdicts other than pass:", file=sys.stderr)
