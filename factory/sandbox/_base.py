@@ -15,6 +15,7 @@ from enum import Enum
 from pathlib import Path
 from typing import ClassVar
 
+from factory.errors import SandboxPathError, SandboxUnavailableError
 from factory.registry import Registry
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "Sandbox",
     "SandboxLimits",
     "SandboxSpec",
+    "WorkspaceFiles",
     "create_sandbox",
     "register_sandbox",
     "sandbox_names",
@@ -41,6 +43,8 @@ class Guarantee(str, Enum):
     PROCESSES = "process-limit"
     MEMORY = "memory-limit"
     OUTPUT = "output-limit"
+    SYSCALLS = "syscall-filter"  # no user namespaces, no ptrace/mount/bpf/keyring/module calls
+    DISK = "disk-quota"  # the workspace cannot grow past SandboxLimits.workspace_mb
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,8 @@ class SandboxLimits:
         max_output_bytes: Captured bytes per stream; past this the command is killed.
         max_file_mb: Largest file a command may write (RLIMIT_FSIZE).
         tmp_mb: Size of the sandbox's private /tmp, where the backend has one.
+        workspace_mb: Size of the workspace (files and directories together), where the
+            backend enforces one (:attr:`Guarantee.DISK`).
     """
 
     timeout_s: float = 60.0
@@ -64,6 +70,7 @@ class SandboxLimits:
     max_output_bytes: int = 1_000_000
     max_file_mb: int = 64
     tmp_mb: int = 64
+    workspace_mb: int = 256
 
 
 @dataclass(frozen=True)
@@ -71,20 +78,51 @@ class SandboxSpec:
     """What a new sandbox is seeded with.
 
     Attributes:
-        files: Workspace files (relative path -> text), writable by the agent.
-        readonly_files: Files (e.g. tests) the agent can read but never change.
+        files: Workspace files (relative path -> text, or bytes for binary files), writable by the agent.
+        readonly_files: Files (e.g. tests) the agent can read but never change (text or bytes).
         limits: Resource limits.
         python: Interpreter made available inside (default: the running one).
         image: Container image, for container backends.
         options: Backend-specific settings.
+        shared_dir: A host directory shared read-write with the sandbox (at
+            :attr:`Sandbox.shared_path` inside), for talking to a process outside
+            it or in another sandbox through a Unix socket (filesystem sockets
+            work across network namespaces; abstract ones do not). The caller
+            creates it; sandboxes run as distinct unprivileged uids when the
+            host runs as root, so make it writable by all of them (mode
+            ``0o1777``: sticky, so none deletes another's files) and make a
+            listening socket connectable by other uids (``os.chmod(path,
+            0o777)`` after ``bind``). Whatever a sandbox leaves there is
+            untrusted: read it without following symlinks.
     """
 
-    files: Mapping[str, str] = field(default_factory=dict)
-    readonly_files: Mapping[str, str] = field(default_factory=dict)
+    files: Mapping[str, str | bytes] = field(default_factory=dict)
+    readonly_files: Mapping[str, str | bytes] = field(default_factory=dict)
     limits: SandboxLimits = field(default_factory=SandboxLimits)
     python: Path | None = None
     image: str | None = None
     options: Mapping[str, str] = field(default_factory=dict)
+    shared_dir: str | None = None
+
+
+@dataclass(frozen=True)
+class WorkspaceFiles:
+    """Everything a workspace holds, read without following a link or opening a special file.
+
+    Attributes:
+        files: Regular files (workspace-relative path -> content).
+        symlinks: Symbolic links (path -> their target, never followed).
+        special: FIFOs, sockets and device nodes (path -> ``fifo``, ``socket``,
+            ``char-device``, ``block-device`` or ``unknown``), never opened.
+        oversized: Regular files left unread because they would take the total past the byte budget.
+        truncated: The walk stopped at its entry limit; entries past it are in none of the above.
+    """
+
+    files: Mapping[str, bytes] = field(default_factory=dict)
+    symlinks: Mapping[str, str] = field(default_factory=dict)
+    special: Mapping[str, str] = field(default_factory=dict)
+    oversized: tuple[str, ...] = ()
+    truncated: bool = False
 
 
 @dataclass(frozen=True)
@@ -137,7 +175,18 @@ class Sandbox(abc.ABC):
     guarantees: ClassVar[frozenset[Guarantee]] = frozenset()
 
     def __init__(self, spec: SandboxSpec):
+        if spec.shared_dir is not None and type(self).shared_path is Sandbox.shared_path:
+            name = getattr(self, "name", type(self).__name__)
+            raise SandboxUnavailableError(f"sandbox '{name}' cannot share a directory (shared_dir)")
         self.spec = spec
+
+    @property
+    def shared_path(self) -> str | None:
+        """Where :attr:`SandboxSpec.shared_dir` appears inside (None without one).
+
+        Backends that support ``shared_dir`` override this; the others refuse a spec that has one.
+        """
+        return None
 
     @abc.abstractmethod
     async def start(self) -> None:
@@ -170,6 +219,29 @@ class Sandbox(abc.ABC):
     @abc.abstractmethod
     async def list_files(self, path: str = ".") -> list[str]:
         """Files under ``path``, recursively, as sorted workspace-relative paths."""
+
+    async def collect_workspace(self, max_bytes: int = 64_000_000) -> WorkspaceFiles:
+        """Every file the workspace holds, as bytes, up to ``max_bytes`` in total.
+
+        This default reads through :meth:`list_files` and :meth:`read_file`, so
+        it sees only what those show (text; undecodable bytes are replaced) and
+        no links or special files; backends that can see the workspace's files
+        directly override it with an exact, link-safe walk.
+        """
+        files: dict[str, bytes] = {}
+        oversized: list[str] = []
+        total = 0
+        for path in await self.list_files("."):
+            try:
+                data = (await self.read_file(path)).encode("utf-8")
+            except SandboxPathError:  # gone or swapped since it was listed
+                continue
+            if total + len(data) > max_bytes:
+                oversized.append(path)
+                continue
+            files[path] = data
+            total += len(data)
+        return WorkspaceFiles(files=files, oversized=tuple(oversized))
 
     async def __aenter__(self) -> Sandbox:
         await self.start()

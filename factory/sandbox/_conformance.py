@@ -28,14 +28,15 @@ factory, opens its own sandbox(es) from it (usually seeded with
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import tempfile
 import time
 import warnings
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, replace
+from typing import Literal, TypeVar
 
 from factory.errors import SandboxPathError
 from factory.sandbox._base import SANDBOXES, Guarantee, Sandbox, SandboxLimits, SandboxSpec
@@ -51,6 +52,8 @@ __all__ = [
     "expect",
     "self_check",
 ]
+
+T = TypeVar("T")
 
 #: What builds an unstarted sandbox from a spec: a backend class, or any factory.
 SandboxFactory = Callable[[SandboxSpec], Sandbox]
@@ -384,3 +387,226 @@ async def private_tmp_is_writable(factory: SandboxFactory) -> None:
     async with factory(CONFORMANCE_SPEC) as sb:
         result = await sb.exec("echo scratch > \"${TMPDIR:-/tmp}/scratch.txt\" && cat \"${TMPDIR:-/tmp}/scratch.txt\"")
         expect(result.stdout == "scratch\n", result.describe())
+
+
+# ----------------------------------------------------------------------------- escapes
+# What a policy under optimisation pressure tries. Each check is one closed hole.
+
+#: A read-only test inside a folder, so the folder itself can be swapped.
+_NESTED_TESTS = SandboxSpec(
+    files={"solution.py": "def answer():\n    return 41\n"},
+    readonly_files={"tests/test_solution.py": "from solution import answer\n\n\ndef test_answer():\n"
+                                              "    assert answer() == 42\n"},
+    limits=CONFORMANCE_SPEC.limits,
+)
+#: Enough ``../`` to reach / from any workspace a backend could use: extra ones stay at /.
+_TO_ROOT = "../" * 24
+
+
+async def _within(seconds: float, attempt: Awaitable[T], what: str) -> T:
+    """``attempt``'s result, or a failed check if it hangs."""
+    try:
+        return await asyncio.wait_for(attempt, seconds)
+    except asyncio.TimeoutError:
+        raise AssertionError(f"{what} hung for more than {seconds:.0f}s") from None
+
+
+@conformance_check(Guarantee.READONLY_TESTS)
+async def swapped_test_folder_mounts_no_host_file(factory: SandboxFactory) -> None:
+    """Swapping the tests folder, or linking a test file or folder anywhere, never changes what the next command sees.
+
+    A backend that binds read-only files from their place in the workspace
+    binds whatever the sandbox renamed or linked there: the agent's own test
+    in a new folder, a host file reached through ``../``, or, for a path
+    that cannot be made, no command at all (a failed test run that a
+    verifier would count as an infrastructure error, not a failure).
+    """
+    secret = "host-secret-" + os.urandom(8).hex()
+    with tempfile.TemporaryDirectory(prefix="factory-conformance-") as host_dir:
+        os.chmod(host_dir, 0o755)
+        canary = os.path.join(host_dir, "canary.txt")
+        with open(canary, "w") as handle:
+            handle.write(secret + "\n")
+        os.chmod(canary, 0o644)  # world-readable, as most host files are: only isolation keeps it out
+        target_dir, empty_dir = os.path.join(host_dir, "tests"), os.path.join(host_dir, "empty")
+        os.mkdir(target_dir)
+        os.mkdir(empty_dir)
+        with open(os.path.join(target_dir, "test_solution.py"), "w") as handle:
+            handle.write(f"def test_answer():\n    assert True  # {secret}\n")
+        original = _NESTED_TESTS.readonly_files["tests/test_solution.py"]
+        async with factory(_NESTED_TESTS) as sb:
+            for attack in (
+                "mkdir tests && echo 'def test_answer(): pass' > tests/test_solution.py",
+                # the file, then its folder, linked to host paths (a bind from the workspace follows them)
+                f"mkdir tests && ln -s {_TO_ROOT}{canary.lstrip('/')} tests/test_solution.py",
+                f"ln -s {_TO_ROOT}{target_dir.lstrip('/')} tests",
+                # the folder linked to where bwrap keeps the host's root while it sets up (a bind creates its target)
+                f"ln -s {_TO_ROOT}oldroot{empty_dir} tests",
+                f"ln -s {canary} tests",
+                "mkfifo tests",
+                "mkdir -p tests/test_solution.py",
+            ):
+                # the mounted test cannot be removed while a command runs, but its folder can be moved away
+                attack = f"mv tests moved-$(date +%s%N) && {attack}"
+                await sb.exec(attack)
+                seen = await sb.exec("cat tests/test_solution.py; python -m pytest -q tests 2>&1 | tail -3")
+                expect(secret not in seen.stdout + seen.stderr,
+                       f"a host file is readable in the sandbox after {attack!r}")
+                expect(seen.stdout.startswith(original), f"the read-only test is not in place after {attack!r}: "
+                                                         f"{seen.describe()}")
+                expect("1 failed" in seen.stdout, f"the tests no longer fail after {attack!r}: {seen.describe()}")
+        expect(sorted(os.listdir(host_dir)) == ["canary.txt", "empty", "tests"] and not os.listdir(empty_dir)
+               and os.listdir(target_dir) == ["test_solution.py"], "a file was created in a host folder")
+
+
+@conformance_check()
+async def file_tools_never_follow_links_nor_block_on_fifos(factory: SandboxFactory) -> None:
+    """write_file/read_file/list_files on a FIFO or a link fail fast, and the sandbox keeps working."""
+    async with factory(CONFORMANCE_SPEC) as sb:
+        made = await sb.exec("mkfifo out.txt && mkdir -p d && mkfifo d/pipe && ln -s /etc/hostname link.txt && "
+                             "ln -s solution.py inner.py && ln -s / d/root")
+        expect(made.ok, f"cannot make FIFOs and links: {made.describe()}")
+        for name, attempt in (("write_file on a FIFO", sb.write_file("out.txt", "x")),
+                              ("read_file on a FIFO", sb.read_file("out.txt")),
+                              ("read_file on a FIFO in a folder", sb.read_file("d/pipe")),
+                              ("write_file through a link out", sb.write_file("link.txt", "x")),
+                              ("read_file through a link out", sb.read_file("link.txt")),
+                              ("read_file through a folder link", sb.read_file("d/root/etc/passwd")),
+                              ("write_file through a folder link", sb.write_file("d/root/tmp/evil", "x"))):
+            await _within(25, _refuses(attempt, name), name)
+        listed = await _within(25, sb.list_files(), "list_files with FIFOs and links")
+        expect("solution.py" in listed and "out.txt" not in listed and "d/pipe" not in listed,
+               f"list_files lists special files: {listed}")
+        expect(not any(path.startswith("d/root/") for path in listed), f"list_files followed a link: {listed}")
+        alive = await sb.exec("echo alive")
+        expect(alive.stdout == "alive\n", f"the sandbox is unusable afterwards: {alive.describe()}")
+
+
+@conformance_check()
+async def final_workspace_with_links_and_special_files_is_collected(factory: SandboxFactory) -> None:
+    """A workspace holding links, FIFOs, sockets and binary files is collected, never followed nor opened."""
+    make = ("import os, socket\n"
+            "os.mkfifo('fifo')\n"
+            "socket.socket(socket.AF_UNIX).bind('sock')\n"
+            "os.symlink('/etc/passwd', 'etc-link')\n"
+            "os.symlink('.', 'loop')\n"
+            "open('blob.bin', 'wb').write(bytes(range(256)))\n")
+    async with factory(CONFORMANCE_SPEC) as sb:
+        made = await sb.exec(["python", "-c", make])
+        expect(made.ok, f"cannot make the special files: {made.describe()}")
+        collected = await _within(60, sb.collect_workspace(), "collect_workspace")
+        expect(collected.files.get("solution.py") == CONFORMANCE_SPEC.files["solution.py"].encode(),
+               f"solution.py collected as {collected.files.get('solution.py')!r}")
+        expect(not {"fifo", "sock", "etc-link", "loop"} & set(collected.files),
+               f"a link or special file was read as a file: {sorted(collected.files)}")
+        expect(not any(path.startswith("loop/") for path in collected.files), "a link to a folder was followed")
+        # The defaults read through read_file (text); a backend that sees the files collects them exactly.
+        if collected.symlinks or collected.special:
+            expect(collected.files.get("blob.bin") == bytes(range(256)), "a binary file was not collected exactly")
+            expect(collected.symlinks.get("etc-link") == "/etc/passwd" and collected.symlinks.get("loop") == ".",
+                   f"links collected as {dict(collected.symlinks)}")
+            expect(collected.special.get("fifo") == "fifo" and collected.special.get("sock") == "socket",
+                   f"special files collected as {dict(collected.special)}")
+
+
+@conformance_check()
+async def etc_serves_common_programs(factory: SandboxFactory) -> None:
+    """awk (through /etc/alternatives), id and getpass find what they need in /etc."""
+    async with factory(CONFORMANCE_SPEC) as sb:
+        for command, wanted in (("awk 'BEGIN{print 1}'", "1\n"), ("id -un >/dev/null && echo named", "named\n"),
+                                ("python -c 'import getpass; getpass.getuser(); print(\"user\")'", "user\n")):
+            result = await sb.exec(command)
+            expect(result.ok and result.stdout == wanted, f"{command}: {result.describe()}")
+
+
+@conformance_check(Guarantee.FILESYSTEM)
+async def etc_holds_no_host_secrets(factory: SandboxFactory) -> None:
+    """No shadow file, and no account of the host's in /etc/passwd but root, nobody and the sandbox's own."""
+    async with factory(CONFORMANCE_SPEC) as sb:
+        shadow = await sb.exec("cat /etc/shadow /etc/gshadow /etc/ssh/ssh_host_*_key 2>/dev/null")
+        expect(not shadow.stdout, "a host shadow or key file is readable")
+        accounts = await sb.exec("cut -d: -f1 /etc/passwd")
+        expect(accounts.ok, f"/etc/passwd is unreadable: {accounts.describe()}")
+        me = (await sb.exec("id -un")).stdout.strip()
+        extra = set(accounts.stdout.split()) - {"root", "nobody", me}
+        expect(not extra, f"/etc/passwd lists host accounts: {sorted(extra)}")
+
+
+@conformance_check(Guarantee.SYSCALLS)
+async def no_user_namespaces_inside(factory: SandboxFactory) -> None:
+    """No user namespace can be made inside (`unshare -Ur`, unshare(2), clone(2) with CLONE_NEWUSER)."""
+    probe = ("import ctypes, errno, os, platform, signal\n"
+             "libc = ctypes.CDLL(None, use_errno=True)\n"
+             "clone = {'x86_64': 56, 'aarch64': 220}[platform.machine()]\n"
+             "print('unshare', libc.unshare(0x10000000), errno.errorcode.get(ctypes.get_errno()))\n"
+             "pid = libc.syscall(clone, 0x10000000 | signal.SIGCHLD, 0, 0, 0, 0)\n"
+             "if pid == 0:\n    os._exit(0)\n"
+             "print('clone', -1 if pid < 0 else 'child', errno.errorcode.get(ctypes.get_errno()))\n")
+    async with factory(CONFORMANCE_SPEC) as sb:
+        cli = await sb.exec("unshare -Ur id")
+        expect(cli.exit_code != 0 and "uid=0" not in cli.stdout, f"unshare -Ur id worked: {cli.describe()}")
+        calls = await sb.exec(["python", "-c", probe])
+        expect(calls.stdout.split() == ["unshare", "-1", "EPERM", "clone", "-1", "EPERM"],
+               f"a user namespace could be made: {calls.describe()}")
+
+
+@conformance_check(Guarantee.SYSCALLS)
+async def dangerous_syscalls_are_refused(factory: SandboxFactory) -> None:
+    """ptrace, mount, unshare, setns, keyctl, bpf, perf_event_open, kexec, modules... return EPERM.
+
+    The arguments are ones each call would answer with something other than
+    EPERM when allowed (success, EFAULT, EINVAL, EBADF...), so the check fails
+    on a backend that merely runs unprivileged.
+    """
+    from factory.sandbox._seccomp import syscall_numbers
+
+    # name -> arguments (NULL pointers, bad descriptors, invalid flags).
+    calls = {"ptrace": [0, 0, 0, 0], "unshare": [0], "setns": [-1, 0], "keyctl": [9999, 0, 0, 0],
+             "add_key": [0, 0, 0, 0, 0], "request_key": [0, 0, 0, 0], "mount": [0, 0, 0, 0, 0],
+             "umount2": [0, 0xFFFF], "bpf": [9999, 0, 0], "perf_event_open": [0, 0, -1, -1, 0],
+             "userfaultfd": [1], "io_uring_setup": [1, 0], "open_by_handle_at": [-1, 0, 0],
+             "pivot_root": [0, 0], "kexec_load": [0, 0, 0, 0], "kexec_file_load": [-1, -1, 0, 0, 0],
+             "init_module": [0, 0, 0], "finit_module": [-1, 0, 0], "delete_module": [0, 0],
+             "process_vm_readv": [1, 0, 0, 0, 0, 0], "iopl": [4], "ioperm": [0, 0, 0], "fsopen": [0, 0]}
+    probe = ("import ctypes, errno, json, platform, sys\n"
+             "libc = ctypes.CDLL(None, use_errno=True)\n"
+             "numbers = json.loads(sys.argv[1])[platform.machine()]\n"
+             "for name, args in json.loads(sys.argv[2]).items():\n"
+             "    if name not in numbers:\n        continue\n"
+             "    ctypes.set_errno(0)\n"
+             "    result = libc.syscall(numbers[name], *[ctypes.c_long(a) for a in args])\n"
+             "    print(name, errno.errorcode.get(ctypes.get_errno(), 'ok') if result == -1 else 'ok')\n")
+    async with factory(CONFORMANCE_SPEC) as sb:
+        result = await sb.exec(["python", "-c", probe, json.dumps(syscall_numbers()), json.dumps(calls)])
+        outcomes = dict(line.split() for line in result.stdout.splitlines())
+        expect(result.ok and outcomes, f"the probe failed: {result.describe()}")
+        allowed = {name: outcome for name, outcome in outcomes.items() if outcome != "EPERM"}
+        expect(not allowed, f"syscalls not refused with EPERM: {allowed}")
+        works = await sb.exec("python -c 'import threading, subprocess; t = threading.Thread(target=print); "
+                              "t.start(); t.join(); subprocess.run([\"true\"], check=True)' && sh -c 'echo ok'")
+        expect(works.stdout.strip().endswith("ok") and works.ok, f"threads or subprocesses broke: {works.describe()}")
+
+
+@conformance_check(Guarantee.DISK)
+async def workspace_quota_holds(factory: SandboxFactory) -> None:
+    """Filling the workspace past limits.workspace_mb fails, many small files or one; the sandbox stays usable."""
+    quota = 8
+    spec = replace(CONFORMANCE_SPEC, limits=replace(CONFORMANCE_SPEC.limits, workspace_mb=quota))
+    async with factory(spec) as sb:
+        one = await sb.exec(f"dd if=/dev/zero of=big.bin bs=1M count={quota * 2} 2>&1")
+        expect(one.exit_code != 0, f"writing {quota * 2} MiB into an {quota} MiB workspace succeeded")
+        await sb.exec("rm -f big.bin")
+        many = await sb.exec(f"for i in $(seq {quota * 2}); do head -c 1048576 /dev/zero > part$i.bin || exit 1; "
+                             "done")
+        expect(many.exit_code != 0, f"{quota * 2} files of 1 MiB fit in an {quota} MiB workspace")
+        used = await sb.exec("du -sk . | cut -f1")
+        expect(int(used.stdout.strip() or 0) <= quota * 1024 + 512, f"the workspace holds {used.stdout.strip()} KiB")
+        try:
+            await sb.write_file("host-written.bin", b"\0" * (quota * 2 * 1024 * 1024))
+        except SandboxPathError:
+            pass
+        else:
+            raise AssertionError("write_file put more than the quota into the workspace")
+        await sb.exec("rm -f part*.bin host-written.bin")
+        again = await sb.exec("echo fine > after.txt && cat after.txt")
+        expect(again.stdout == "fine\n", f"the workspace is unusable after being filled: {again.describe()}")

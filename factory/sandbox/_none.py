@@ -3,9 +3,12 @@
 For machines with neither bubblewrap nor a container engine. It still gives
 commands a clean environment (no host variables, so no API keys), resource
 rlimits, a wall-clock limit that kills the process group, and an output cap.
-It does *not* stop network access or writes outside the workspace, and as
-root neither file modes nor process limits bind; its :attr:`guarantees` say
-exactly that.
+It does *not* stop network access, writes outside the workspace, changes to
+the read-only files (their owner runs the commands and may chmod them),
+dangerous syscalls or a full disk, and as root process limits do not bind;
+its :attr:`guarantees` say exactly that. Host-side file operations are as
+careful as bwrap's (no link followed, no FIFO opened): they run in this
+process, whatever the backend.
 """
 
 from __future__ import annotations
@@ -17,8 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from factory.errors import SandboxError
-from factory.sandbox._base import ExecResult, Guarantee, Sandbox, SandboxSpec, register_sandbox
-from factory.sandbox._host import HostWorkspace, processes_of, run_limited, sandbox_environment
+from factory.sandbox._base import ExecResult, Guarantee, Sandbox, SandboxSpec, WorkspaceFiles, register_sandbox
+from factory.sandbox._host import HostWorkspace, host_file_call, processes_of, run_limited, sandbox_environment
 
 __all__ = ["NoSandbox", "NoSandboxWarning"]
 
@@ -29,8 +32,9 @@ class NoSandboxWarning(UserWarning):
 
 def _guarantees() -> frozenset[Guarantee]:
     base = {Guarantee.ENVIRONMENT, Guarantee.TIMEOUT, Guarantee.MEMORY, Guarantee.OUTPUT}
-    if os.geteuid() != 0:  # root ignores file modes and RLIMIT_NPROC
-        base |= {Guarantee.READONLY_TESTS, Guarantee.PROCESSES}
+    # Not READONLY_TESTS, even unprivileged: commands run as the read-only files' owner, who may chmod them.
+    if os.geteuid() != 0:  # root ignores RLIMIT_NPROC
+        base |= {Guarantee.PROCESSES}
     return frozenset(base)
 
 
@@ -45,6 +49,11 @@ class NoSandbox(Sandbox):
         self._workspace = HostWorkspace("factory-none-")
         self._tmp: HostWorkspace | None = None
         self._python = Path(spec.python or sys.executable)
+
+    @property
+    def shared_path(self) -> str | None:
+        """The spec's ``shared_dir`` itself: commands run on the host."""
+        return os.path.abspath(self.spec.shared_dir) if self.spec.shared_dir is not None else None
 
     async def start(self) -> None:
         warnings.warn(
@@ -83,11 +92,14 @@ class NoSandbox(Sandbox):
         )
 
     async def write_file(self, path: str, content: str | bytes) -> None:
-        self._workspace.write(path, content)
+        await host_file_call(lambda: self._workspace.write(path, content), f"writing {path}")
 
     async def read_file(self, path: str) -> str:
-        return self._workspace.read(path)
+        return await host_file_call(lambda: self._workspace.read(path), f"reading {path}")
 
     async def list_files(self, path: str = ".") -> list[str]:
-        return self._workspace.list(path)
+        return await host_file_call(lambda: self._workspace.list(path), f"listing {path}")
+
+    async def collect_workspace(self, max_bytes: int = 64_000_000) -> WorkspaceFiles:
+        return await host_file_call(lambda: self._workspace.collect(max_bytes), "collecting the workspace", 120)
 
