@@ -39,6 +39,14 @@ from factory.verifiers._objective import (
     VisualAssertVerifier,
     check_final_answer,
 )
+from factory.verifiers._monitor import (
+    MONITOR_RULES,
+    MONITOR_VERSION,
+    MonitorConfig,
+    MonitorFinding,
+    MonitorReport,
+    scan_solution,
+)
 from factory.verifiers._pipeline import VerificationPipeline, objective_pass, verdict_events
 from factory.verifiers._pytest_guard import GUARD_SOURCE, GUARD_VERSION
 from factory.verifiers._rerun import GoldenCase, GoldenReport, load_golden, run_golden, verify_stored_run
@@ -47,6 +55,8 @@ from factory.verifiers._tests import PytestReport, TestsVerifier, parse_junit_xm
 __all__ = [
     "GUARD_SOURCE",
     "GUARD_VERSION",
+    "MONITOR_RULES",
+    "MONITOR_VERSION",
     "PROMPT_VERSION",
     "STATUSES",
     "VERIFIERS",
@@ -61,6 +71,9 @@ __all__ = [
     "JsonSchemaVerifier",
     "JudgeBudget",
     "JudgeSameAsPolicyWarning",
+    "MonitorConfig",
+    "MonitorFinding",
+    "MonitorReport",
     "PairwiseJudgment",
     "PytestReport",
     "RulesVerifier",
@@ -84,6 +97,7 @@ __all__ = [
     "register_verifier",
     "run_golden",
     "run_verifier",
+    "scan_solution",
     "scan_workspace",
     "self_agreement",
     "swap_inconsistency",
