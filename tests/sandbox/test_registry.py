@@ -18,6 +18,7 @@ from factory.sandbox import (
     Guarantee,
     NoSandbox,
     Sandbox,
+    SandboxFactory,
     conformance_check,
     create_sandbox,
     expect,
@@ -75,7 +76,7 @@ def test_a_backend_claiming_isolation_it_lacks_fails_that_check(registries):
 
 def test_a_check_of_our_own_joins_the_suite(registries):
     @conformance_check()
-    async def echo_round_trips(factory):
+    async def echo_round_trips(factory: SandboxFactory) -> None:
         """A command's output comes back."""
         async with factory(CONFORMANCE_SPEC) as sandbox:
             result = await sandbox.exec("echo conformance")
