@@ -1,15 +1,13 @@
 """DuckDB store: schema, migrations, idempotent writes, Polars reads, and every SQL statement the stages run."""
 
 from factory.store._migrations import MIGRATIONS, Migration, applied_migrations, migrate
-from factory.store._store import Rows, Store, open_store, utc_now
+from factory.store._store import Store, utc_now
 
 __all__ = [
     "MIGRATIONS",
     "Migration",
-    "Rows",
     "Store",
     "applied_migrations",
     "migrate",
-    "open_store",
     "utc_now",
 ]

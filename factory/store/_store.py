@@ -36,7 +36,7 @@ from factory.settings import default_db_path
 from factory.store import _queries as queries
 from factory.store._migrations import MIGRATIONS, Migration, applied_migrations, migrate
 
-__all__ = ["Rows", "Store", "open_store", "utc_now"]
+__all__ = ["Rows", "Store", "utc_now"]
 
 #: Rows accepted by the write methods: mappings, or a ready Polars/Arrow table
 #: whose JSON columns already hold JSON text.
@@ -577,9 +577,4 @@ def _unregister(con: duckdb.DuckDBPyConnection, name: str) -> None:
     # rollback retries it.
     with contextlib.suppress(duckdb.Error):
         con.unregister(name)
-
-
-def open_store(path: str | Path | None = None, *, read_only: bool = False) -> Store:
-    """Open a store; see :meth:`Store.open`."""
-    return Store.open(path, read_only=read_only)
 
