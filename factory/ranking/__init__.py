@@ -1,13 +1,12 @@
 """Ranking: Bradley–Terry strengths with Wilson / McNemar power checks, and paired arm comparisons."""
 
-from factory.ranking._arms import PairedArms, pair_arms, split_by_field
+from factory.ranking._arms import pair_arms, split_by_field
 from factory.ranking._bradley_terry import BTFit, comparisons_from_winners, fit_bradley_terry
 from factory.ranking._plots import plot_pass_rates, plot_strengths
-from factory.ranking._ranker import DEFAULT_REWARDS, RankedBranch, RankResult, RewardFunction, RolloutRanker
+from factory.ranking._ranker import DEFAULT_REWARDS, RankedBranch, RewardFunction, RolloutRanker
 from factory.ranking._records import BranchRecord, PairwiseOutcome, load_pairwise, load_records
 from factory.ranking._stats import (
     PowerPolicy,
-    PowerReport,
     compare_paired,
     mcnemar_exact,
     mcnemar_exact_many,
@@ -23,11 +22,8 @@ __all__ = [
     "DEFAULT_REWARDS",
     "BTFit",
     "BranchRecord",
-    "PairedArms",
     "PairwiseOutcome",
     "PowerPolicy",
-    "PowerReport",
-    "RankResult",
     "RankedBranch",
     "RewardFunction",
     "RolloutRanker",
