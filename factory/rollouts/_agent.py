@@ -44,7 +44,6 @@ class BranchStatus:
     OK = "ok"
     MAX_TURNS = "max_turns"
     ERROR = "error"
-    TERMINAL = frozenset({OK, MAX_TURNS, ERROR})
 
 
 @dataclass(frozen=True)
