@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 import factory
 from factory import errors
-from factory.cli import LazyGroup
+from factory.cli._lazy import LazyGroup
 from factory.errors import FactoryError, TaskFileError, TaskProblem
 
 
