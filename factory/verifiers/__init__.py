@@ -1,7 +1,6 @@
 """Verifiers: objective checks, reward-hack detection and the k-of-N LLM judge, composed into a pipeline."""
 
 from factory.verifiers._base import (
-    STATUSES,
     VERIFIERS,
     BranchOutput,
     Criterion,
@@ -21,24 +20,7 @@ from factory.verifiers._calibration import (
     self_agreement,
     swap_inconsistency,
 )
-from factory.verifiers._judge import (
-    PROMPT_VERSION,
-    JudgeBudget,
-    JudgeSameAsPolicyWarning,
-    PairwiseJudgment,
-    ScalarLLMJudgeVerifier,
-    parse_judge_json,
-)
-from factory.verifiers._objective import (
-    AnswerVerifier,
-    BuildPassesVerifier,
-    BuildVerifier,
-    ExternalResult,
-    JsonSchemaVerifier,
-    RulesVerifier,
-    VisualAssertVerifier,
-    check_final_answer,
-)
+from factory.verifiers._judge import JudgeBudget, JudgeSameAsPolicyWarning, ScalarLLMJudgeVerifier
 from factory.verifiers._monitor import (
     MONITOR_RULES,
     MONITOR_VERSION,
@@ -47,35 +29,35 @@ from factory.verifiers._monitor import (
     MonitorReport,
     scan_solution,
 )
+from factory.verifiers._objective import (
+    AnswerVerifier,
+    BuildPassesVerifier,
+    BuildVerifier,
+    JsonSchemaVerifier,
+    RulesVerifier,
+    VisualAssertVerifier,
+    check_final_answer,
+)
 from factory.verifiers._pipeline import VerificationPipeline, objective_pass, verdict_events
-from factory.verifiers._pytest_guard import GUARD_SOURCE, GUARD_VERSION
-from factory.verifiers._rerun import GoldenCase, GoldenReport, load_golden, run_golden, verify_stored_run
-from factory.verifiers._tests import PytestReport, TestsVerifier, parse_junit_xml, scan_workspace
+from factory.verifiers._rerun import GoldenCase, load_golden, run_golden, verify_stored_run
+from factory.verifiers._tests import TestsVerifier, parse_junit_xml
 
 __all__ = [
-    "GUARD_SOURCE",
-    "GUARD_VERSION",
     "MONITOR_RULES",
     "MONITOR_VERSION",
-    "PROMPT_VERSION",
-    "STATUSES",
     "VERIFIERS",
     "AnswerVerifier",
     "BranchOutput",
     "BuildPassesVerifier",
     "BuildVerifier",
     "Criterion",
-    "ExternalResult",
     "GoldenCase",
-    "GoldenReport",
     "JsonSchemaVerifier",
     "JudgeBudget",
     "JudgeSameAsPolicyWarning",
     "MonitorConfig",
     "MonitorFinding",
     "MonitorReport",
-    "PairwiseJudgment",
-    "PytestReport",
     "RulesVerifier",
     "ScalarLLMJudgeVerifier",
     "TestsVerifier",
@@ -92,13 +74,11 @@ __all__ = [
     "judge_spearman",
     "load_golden",
     "objective_pass",
-    "parse_judge_json",
     "parse_junit_xml",
     "register_verifier",
     "run_golden",
     "run_verifier",
     "scan_solution",
-    "scan_workspace",
     "self_agreement",
     "swap_inconsistency",
     "verdict_events",
