@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # only for hints: reading and validating a file never import 
 
 __all__ = ["FILE_KINDS", "MANIFEST_SUFFIX", "file_kind", "iter_records", "side_path", "write_rows"]
 
+#: Export file kind by extension: the formats a file may be written in.
 FILE_KINDS = {".jsonl": "jsonl", ".parquet": "parquet"}
 #: ``FILE`` + this names the export manifest written beside ``FILE``.
 MANIFEST_SUFFIX = ".manifest.json"

@@ -35,6 +35,7 @@ from factory.errors import ConfigError
 
 __all__ = ["PAIR_STRATEGIES", "PairOptions", "build_pairs"]
 
+#: How branches of a task become chosen/rejected pairs (``--pairs``).
 PAIR_STRATEGIES = ("best-worst", "pass-fail", "all-pairs")
 
 #: Branch columns each side of a pair carries (as ``chosen_<col>`` / ``rejected_<col>``): the light ones

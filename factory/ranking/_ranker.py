@@ -43,6 +43,7 @@ __all__ = ["DEFAULT_REWARDS", "RankResult", "RankedBranch", "RewardFunction", "R
 #: A reward function maps a branch record to a number (before its weight).
 RewardFunction = Callable[[BranchRecord], float]
 
+#: The reward when none is given: objective score, plus three tenths of the judge's.
 DEFAULT_REWARDS: dict[str, tuple[float, RewardFunction]] = {
     "objective": (1.0, lambda record: record.objective_score),
     "judge": (0.3, lambda record: record.judge_score or 0.0),

@@ -22,6 +22,7 @@ def _object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
     return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
 
 
+#: The tools every agent is offered, in the order the model sees them.
 AGENT_TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec("read_file", "Read a text file from the workspace.",
              _object({"path": {"type": "string", "description": "Path relative to the workspace."}}, ["path"])),

@@ -34,6 +34,7 @@ class Migration:
     sql: str
 
 
+#: Every schema step, oldest first; append only.
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         "0001_runs_tasks_branches_events",
