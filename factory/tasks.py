@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -79,6 +79,10 @@ class Rules(BaseModel):
     required_phrases: list[str] = Field(default_factory=list)
 
 
+#: Fields added after the first task schema, with the defaults a task hash leaves out.
+_LATER_FIELD_DEFAULTS: dict[str, Any] = {"hidden_tests": {}, "test_isolation": "process"}
+
+
 class Task(BaseModel):
     """One task: a prompt plus what is needed to verify answers to it.
 
@@ -87,6 +91,16 @@ class Task(BaseModel):
         prompt: What the agent is asked to do.
         files: Workspace files seeded into each branch's sandbox (path -> text).
         tests: Test files, mounted read-only; selects the ``tests`` verifier.
+        hidden_tests: Test files never shown to the agent (same shape as
+            ``tests``): they join the visible tests only at verification, so a
+            solution cannot be fitted to them. Use them when the visible tests
+            are few or their expected values could be copied into a solution.
+        test_isolation: ``process`` (default): the solution's code runs in its own
+            sandboxed process and the tests reach it through an import boundary
+            that carries plain data only. ``in-process``: the old guarded run
+            of pytest and the solution in one process, for tests that need to
+            pass callables or objects to the solution, run it as a program, or
+            read files it wrote; its verdicts say ``isolation: in-process``.
         test_command: Command that runs the tests (default ``python -m pytest -q``).
         answer: Expected final answer; selects the strict ``answer`` verifier.
         rubric: Grading rubric; selects the LLM ``judge``.
@@ -102,6 +116,8 @@ class Task(BaseModel):
     prompt: str
     files: dict[str, str] = Field(default_factory=dict)
     tests: dict[str, str] = Field(default_factory=dict)
+    hidden_tests: dict[str, str] = Field(default_factory=dict)
+    test_isolation: Literal["process", "in-process"] = "process"
     test_command: str | None = None
     answer: str | None = None
     rubric: str | None = None
@@ -139,24 +155,32 @@ class Task(BaseModel):
             raise ValueError("must not be empty")
         return value
 
-    @field_validator("files", "tests")
+    @field_validator("files", "tests", "hidden_tests")
     @classmethod
     def _safe_paths(cls, value: dict[str, str]) -> dict[str, str]:
         return {_check_relative_path(path): text for path, text in value.items()}
 
     @model_validator(mode="after")
     def _consistent(self) -> Task:
-        overlap = sorted(set(self.files) & set(self.tests))
-        if overlap:
-            raise ValueError(f"paths in both files and tests: {', '.join(overlap)}")
-        if self.test_command is not None and not self.tests:
+        groups = {"files": self.files, "tests": self.tests, "hidden_tests": self.hidden_tests}
+        for name_a, name_b in (("files", "tests"), ("files", "hidden_tests"), ("tests", "hidden_tests")):
+            a, b = groups[name_a], groups[name_b]
+            overlap = sorted(set(a) & set(b))
+            if overlap:
+                raise ValueError(f"paths in both {name_a} and {name_b}: {', '.join(overlap)}")
+        if self.test_command is not None and not self.all_tests:
             raise ValueError("test_command is set but tests is empty")
         return self
 
     @property
+    def all_tests(self) -> dict[str, str]:
+        """Visible and hidden tests together: what verification runs."""
+        return {**self.tests, **self.hidden_tests}
+
+    @property
     def effective_test_command(self) -> str | None:
         """The command the tests verifier runs, or None without tests."""
-        if not self.tests:
+        if not self.all_tests:
             return None
         return self.test_command or DEFAULT_TEST_COMMAND
 
@@ -164,7 +188,7 @@ class Task(BaseModel):
     def verifiers(self) -> tuple[str, ...]:
         """Names of the verifiers this task's fields select, in a fixed order."""
         selected = [
-            ("tests", bool(self.tests)),
+            ("tests", bool(self.all_tests)),
             ("build", self.build_command is not None),
             ("answer", self.answer is not None),
             ("json-schema", self.json_schema is not None),
@@ -174,8 +198,17 @@ class Task(BaseModel):
         return tuple(name for name, applies in selected if applies)
 
     def canonical(self) -> dict[str, Any]:
-        """The normalized task as plain JSON data (defaults filled in)."""
-        return self.model_dump(mode="json")
+        """The normalized task as plain JSON data (defaults filled in).
+
+        Fields added after the first schema are left out at their defaults,
+        so tasks that do not use them keep the hash they always had (and old
+        runs still resume).
+        """
+        data = self.model_dump(mode="json")
+        for name, default in _LATER_FIELD_DEFAULTS.items():
+            if data.get(name) == default:
+                data.pop(name, None)
+        return data
 
     def task_hash(self) -> str:
         """sha256 of this task's canonical JSON."""

@@ -15,6 +15,7 @@ from factory.sandbox._base import (
     Sandbox,
     SandboxLimits,
     SandboxSpec,
+    WorkspaceFiles,
     create_sandbox,
     register_sandbox,
     sandbox_names,
@@ -30,8 +31,8 @@ from factory.sandbox._conformance import (
     expect,
     self_check,
 )
-from factory.sandbox._docker import DockerSandbox, docker_available
-from factory.sandbox._host import HostWorkspace, processes_of, run_limited, sandbox_environment
+from factory.sandbox._docker import docker_available
+from factory.sandbox._host import HostWorkspace, host_file_call, processes_of, run_limited, sandbox_environment
 from factory.sandbox._none import NoSandbox, NoSandboxWarning
 from factory.sandbox._summarize import summarize_tool_output
 from factory.sandbox._workspace import snapshot_workspace, workspace_spec
@@ -43,7 +44,6 @@ __all__ = [
     "BwrapSandbox",
     "CheckResult",
     "ConformanceCheck",
-    "DockerSandbox",
     "ExecResult",
     "Guarantee",
     "HostWorkspace",
@@ -53,11 +53,13 @@ __all__ = [
     "SandboxFactory",
     "SandboxLimits",
     "SandboxSpec",
+    "WorkspaceFiles",
     "conformance_check",
     "create_sandbox",
     "default_sandbox_name",
     "docker_available",
     "expect",
+    "host_file_call",
     "processes_of",
     "register_sandbox",
     "run_limited",

@@ -126,12 +126,16 @@ class VerifyContext:
         branch: The branch's output.
         criterion: The criterion being checked.
         sandbox: The branch's sandbox (still open), or None where none exists.
+        workspace: The branch's final workspace (relative path -> content, every
+            regular file), when the caller collected it; verifiers that build
+            sandboxes of their own (the isolated tests run) start from it.
     """
 
     task: Task
     branch: BranchOutput
     criterion: Criterion
     sandbox: Sandbox | None = None
+    workspace: Mapping[str, str | bytes] | None = None
 
 
 @runtime_checkable

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 __all__ = ["GUARD_SOURCE", "GUARD_VERSION"]
 
-GUARD_VERSION = "2"  # 2: workspace bytecode refused
+GUARD_VERSION = "3"  # 2: workspace bytecode refused; 3: unittest items keep their own runtest
 
 GUARD_SOURCE = r'''
 import base64, json, os, shutil, sys, tempfile
@@ -52,7 +52,9 @@ problems = []
 
 import pytest
 import _pytest.python as _pp
-_original_runtest = _pp.Function.runtest
+import _pytest.unittest as _pu
+# Each pytest item class with its own runtest (unittest's TestCaseFunction has one), as pytest ships it.
+_original_runtests = {_pu.TestCaseFunction: _pu.TestCaseFunction.runtest, _pp.Function: _pp.Function.runtest}
 _stdlib_roots = tuple({os.path.dirname(os.__file__), os.path.dirname(pytest.__file__),
                        os.path.dirname(os.path.dirname(_pp.__file__))})
 
@@ -96,7 +98,8 @@ class _Guard:
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_call(self, item):
-        if type(item).runtest is not _original_runtest and isinstance(item, _pp.Function):
+        shipped = next((_original_runtests[c] for c in type(item).__mro__ if c in _original_runtests), None)
+        if shipped is not None and type(item).runtest is not shipped:
             problems.append({"code": "runtest_replaced", "test": item.nodeid})
         code = getattr(getattr(item, "obj", None), "__code__", None)
         if code is not None and os.path.realpath(code.co_filename) not in test_paths:

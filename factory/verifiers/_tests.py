@@ -1,6 +1,20 @@
-"""``tests``: run the task's tests in the branch's sandbox and catch tampering.
+"""``tests``: run the task's tests, visible and hidden, where the solution cannot forge the outcome.
 
-Counts come from pytest's JUnit XML, written outside the workspace and read
+Two isolation modes (``Task.test_isolation``; every verdict says which in
+``details.isolation``):
+
+- ``process`` (the default for pytest tasks): the solution never shares a
+  process with what judges it. pytest and the tests run in a trusted sandbox
+  holding no file of the agent's; the agent's modules run in a solution
+  sandbox holding no test file, behind an import boundary that carries plain
+  data only; the report comes from pytest's hooks in the trusted process.
+  See :mod:`._isolation` for the design and its limits. Score = passed /
+  collected tests (the task's own skips and xfails excluded; a collection
+  error is a failure).
+- ``in-process`` (asked for explicitly): the old guarded run, pytest and the
+  solution in one process in the branch's workspace, described below.
+
+In-process counts come from pytest's JUnit XML, written outside the workspace and read
 back inside pytest's process by the guard (:mod:`._pytest_guard`), never
 from a regex over stdout. Score = passed / expected tests.
 
@@ -16,31 +30,47 @@ floored at 0; the verdict never passes) is any of:
   error to explain it (tests deselected, skip/xfail injected);
 - the guard saw test files read by code under test, ``runtest`` or the
   ``pytest_pyfunc_call`` hook replaced, or processes outliving the run;
-- pytest exited with status 0 without reporting (``os._exit(0)``).
+- pytest exited with status 0 without reporting (``os._exit(0)``);
+- a copy of a visible test file sits in the final workspace, plain or
+  encoded (base64, hex, base32/85, zlib/gzip/bz2/lzma, rot13, reversed, or
+  inside a long string literal): the solution could read expected values
+  from it, in whichever process it runs (``test_copied``). Hidden tests are
+  the answer to copies this cannot see.
 
-Commands that are not pytest run as they are and are judged by exit code
+Commands that are not pytest run as they are, in a fresh sandbox holding
+the final workspace with the tests (hidden ones too) restored, and are judged by exit code
 alone (``details.method = "exit_code"``).
+
+In both pytest modes the workspace scan above still runs: a branch that
+changed the tests or planted a hook tried to cheat, whichever process then
+ran the tests.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import binascii
+import bz2
+import codecs
 import hashlib
 import json
+import lzma
 import re
 import secrets
 import shlex
 import xml.etree.ElementTree as ET
+import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
+from factory.errors import SandboxError
+from factory.sandbox import Sandbox, SandboxLimits, SandboxSpec, create_sandbox
 from factory.tasks import Task
 from factory.verifiers._base import Verdict, VerifyContext, register_verifier
+from factory.verifiers._isolation import run_isolated, solution_files
 from factory.verifiers._pytest_guard import GUARD_SOURCE, GUARD_VERSION
-
-if TYPE_CHECKING:  # imported lazily: rollouts imports verifiers
-    from factory.sandbox import Sandbox, SandboxLimits
 
 __all__ = ["PytestReport", "TestsVerifier", "parse_junit_xml", "scan_workspace"]
 
@@ -103,18 +133,83 @@ def _sha(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def _text(content: str | bytes) -> str:
+    return content if isinstance(content, str) else content.decode("utf-8", errors="replace")
+
+
 async def scan_workspace(sandbox: Sandbox, task: Task) -> list[dict[str, Any]]:
-    """Tampering visible in the workspace's files (see the module docstring)."""
+    """Tampering visible in the sandbox's workspace files (see the module docstring)."""
+    files = {path: await sandbox.read_file(path) for path in await sandbox.list_files(".")}
+    return scan_files(files, task)
+
+
+# A long run of encoding alphabet between quotes: where an encoded copy hides in source.
+_LONG_LITERAL = re.compile(rb"[\"']([A-Za-z0-9+/=_\-\s\\]{40,})[\"']")
+
+
+def _distinctive_lines(text: str, common: set[str]) -> set[str]:
+    lines = set()
+    for line in text.splitlines():
+        line = " ".join(line.split())
+        if len(line) >= 10 and not line.startswith(("import ", "from ", "#")) and line not in common:
+            lines.add(line)
+    return lines
+
+
+def _decodings(data: bytes) -> list[bytes]:
+    """``data`` and what it decodes to under the encodings a copy is most easily hidden in."""
+    found = [data, data[::-1]]
+    compact = b"".join(data.split()).replace(b"\\n", b"")
+    for decode in (lambda b: base64.b64decode(b, validate=True), base64.urlsafe_b64decode, binascii.unhexlify,
+                   base64.b32decode, base64.a85decode):
+        try:
+            found.append(decode(compact))
+        except (ValueError, TypeError):
+            continue
+    for blob in list(found):
+        for decompress in (zlib.decompress, bz2.decompress, lzma.decompress,
+                           lambda b: zlib.decompress(b, 16 + zlib.MAX_WBITS)):
+            try:
+                found.append(decompress(blob)[:2_000_000])
+            except (OSError, ValueError, EOFError, lzma.LZMAError, zlib.error):
+                continue
+    found.append(codecs.decode(data.decode("utf-8", errors="replace"), "rot13").encode("utf-8"))
+    return found
+
+
+def _test_copies(files: Mapping[str, str | bytes], task: Task) -> list[dict[str, Any]]:
+    """Workspace files that hold most of a visible test file's distinctive lines, plain or encoded."""
+    common = {" ".join(line.split()) for text in task.files.values() for line in text.splitlines()}
+    wanted = {path: _distinctive_lines(text, common) for path, text in task.tests.items()}
+    wanted = {path: lines for path, lines in wanted.items() if len(lines) >= 2}
+    findings = []
+    for path, content in sorted(files.items()):
+        if path in task.tests or not wanted:
+            continue
+        data = (content.encode("utf-8", errors="replace") if isinstance(content, str) else content)[:4_000_000]
+        blobs = _decodings(data)
+        for literal in _LONG_LITERAL.findall(data)[:200]:
+            blobs.extend(_decodings(literal))
+        texts = [blob.decode("utf-8", errors="replace") for blob in blobs]
+        for test_path, lines in wanted.items():
+            seen = max(len(lines & _distinctive_lines(text, set())) for text in texts)
+            if seen >= max(2, (len(lines) + 1) // 2):
+                findings.append({"code": "test_copied", "file": path, "from": test_path})
+                break
+    return findings
+
+
+def scan_files(files: Mapping[str, str | bytes], task: Task) -> list[dict[str, Any]]:
+    """Tampering visible in a final workspace (relative path -> content; see the module docstring)."""
     findings: list[dict[str, Any]] = []
-    files = await sandbox.list_files(".")
     present = set(files)
     for path, original in task.tests.items():
         if path not in present:
             findings.append({"code": "test_deleted", "file": path})
             continue
-        if _sha(await sandbox.read_file(path)) != _sha(original):
+        if _sha(_text(files[path])) != _sha(original):
             findings.append({"code": "test_modified", "file": path})
-    for path in files:
+    for path in sorted(files):
         base = path.rsplit("/", 1)[-1]
         original = task.files.get(path)
         if path in task.tests:
@@ -128,15 +223,15 @@ async def scan_workspace(sandbox: Sandbox, task: Task) -> list[dict[str, Any]]:
         elif base.endswith(".pth"):
             findings.append({"code": "pth_file_added", "file": path})
         elif base in ("setup.cfg", "pyproject.toml"):
-            text = await sandbox.read_file(path)
+            text = _text(files[path])
             marker = "[tool:pytest]" if base == "setup.cfg" else "[tool.pytest"
             if marker in text and (original is None or marker not in original):
                 findings.append({"code": "pytest_config_added", "file": path})
         elif base.endswith(".py"):
-            text = await sandbox.read_file(path)
+            text = _text(files[path])
             if _PYTEST_HOOK.search(text) and (original is None or not _PYTEST_HOOK.search(original)):
                 findings.append({"code": "pytest_plugin_added", "file": path})
-    return findings
+    return findings + _test_copies(files, task)
 
 
 def _pytest_args(command: str, task: Task) -> list[str] | None:
@@ -163,7 +258,9 @@ def _pytest_args(command: str, task: Task) -> list[str] | None:
             continue
         args.append(token)
     if not any(not a.startswith("-") for a in args):
-        args = [*args, *sorted(task.tests)]
+        args = [*args, *sorted(task.all_tests)]
+    elif task.hidden_tests:  # hidden tests join whatever the command names
+        args = [*args, *sorted(task.hidden_tests)]
     return args
 
 
@@ -180,8 +277,9 @@ class TestsVerifier:
     """
 
     __test__ = False  # not a pytest test class, whatever its name
-    version: ClassVar[str] = f"1+guard{GUARD_VERSION}"
+    version: ClassVar[str] = f"2+guard{GUARD_VERSION}"  # 2: process isolation by default, hidden tests
     needs_sandbox: ClassVar[bool] = True
+    objective: ClassVar[bool] = True
 
     def __init__(self, penalty: float = 0.4, timeout_s: float = 120.0, reference_sandbox: str | None = "bwrap",
                  limits: SandboxLimits | None = None):
@@ -189,8 +287,6 @@ class TestsVerifier:
         self.timeout_s = timeout_s
         self.reference_sandbox = reference_sandbox
         if limits is None:
-            from factory.sandbox import SandboxLimits
-
             limits = SandboxLimits(timeout_s=timeout_s)
         self.limits = limits
         # keyed by event loop too: a future belongs to the loop that made it
@@ -198,8 +294,8 @@ class TestsVerifier:
 
     async def _guarded_run(self, sandbox: Sandbox, task: Task, args: list[str]) -> dict[str, Any]:
         nonce = secrets.token_hex(16)
-        settings = {"nonce": nonce, "args": args, "test_files": sorted(task.tests),
-                    "allow_conftest": any(p.rsplit("/", 1)[-1] == "conftest.py" for p in task.tests)}
+        settings = {"nonce": nonce, "args": args, "test_files": sorted(task.all_tests),
+                    "allow_conftest": any(p.rsplit("/", 1)[-1] == "conftest.py" for p in task.all_tests)}
         result = await sandbox.exec(["python", "-I", "-c", GUARD_SOURCE], timeout=self.timeout_s,
                                     stdin=json.dumps(settings))
         for line in reversed(result.stdout.splitlines()):
@@ -223,9 +319,7 @@ class TestsVerifier:
         return await self._references[key]
 
     async def _run_reference(self, task: Task, args: list[str]) -> PytestReport | None:
-        from factory.sandbox import SandboxSpec, create_sandbox
-
-        spec = SandboxSpec(files=task.files, readonly_files=task.tests, limits=self.limits)
+        spec = SandboxSpec(files=task.files, readonly_files=task.all_tests, limits=self.limits)
         try:
             async with create_sandbox(self.reference_sandbox, spec) as sandbox:
                 payload = await self._guarded_run(sandbox, task, args)
@@ -234,50 +328,91 @@ class TestsVerifier:
         if not payload.get("xml"):
             return None
         try:
-            return parse_junit_xml(payload["xml"])
+            report = parse_junit_xml(payload["xml"])
         except ValueError:
             return None
+        # An untouched task that cannot even collect (no starter file yet) is no baseline to keep.
+        return None if report.collection_errors else report
 
     async def __call__(self, ctx: VerifyContext) -> Verdict:
         task, sandbox = ctx.task, ctx.sandbox
         command = ctx.criterion.arg or task.effective_test_command
-        if not task.tests or not command:
+        if not task.all_tests or not command:
             return Verdict.make(self, "error", 0.0, code="no_tests")
-        if sandbox is None:
+        if sandbox is None and ctx.workspace is None:
             return Verdict.make(self, "error", 0.0, code="no_sandbox")
-        findings = await scan_workspace(sandbox, task)
+        workspace = ctx.workspace
+        if workspace is None:
+            assert sandbox is not None
+            workspace = {path: await sandbox.read_file(path) for path in await sandbox.list_files(".")}
+        findings = scan_files(workspace, task)
         args = _pytest_args(command, task)
-        if args is None:
-            result = await sandbox.exec(command, timeout=self.timeout_s)
-            return self._judge([], findings, None, None, method="exit_code",
-                               exit_ok=result.ok, exit_code=result.exit_code)
-        payload, reference = await asyncio.gather(self._guarded_run(sandbox, task, args), self.reference(task, args))
-        findings += await scan_workspace(sandbox, task)  # the run itself may have planted files
+        if args is not None and task.test_isolation == "process":
+            return await self._isolated(task, workspace, args, findings)
+        # Hidden tests join the workspace only now, read-only, in a sandbox of their own.
+        spec = SandboxSpec(files={p: c for p, c in workspace.items() if p not in task.all_tests},
+                           readonly_files=task.all_tests, limits=self.limits)
+        async with create_sandbox(self.reference_sandbox or "bwrap", spec) as fresh:
+            if args is None:
+                result = await fresh.exec(command, timeout=self.timeout_s)
+                return self._judge([], findings, None, None, method="exit_code", exit_ok=result.ok,
+                                   exit_code=result.exit_code, isolation="in-process")
+            payload, reference = await asyncio.gather(self._guarded_run(fresh, task, args),
+                                                      self.reference(task, args))
+            findings += await scan_workspace(fresh, task)  # the run itself may have planted files
         findings = [dict(t) for t in {tuple(sorted(f.items())) for f in findings}]
-        return self._judge(payload, findings, reference, args)
+        return self._judge(payload, findings, reference, args, isolation="in-process")
+
+    async def _isolated(self, task: Task, workspace: Mapping[str, str | bytes], args: list[str],
+                        findings: list[dict[str, Any]]) -> Verdict:
+        run = await run_isolated(task, solution_files(task, workspace), args, sandbox=self.reference_sandbox or "bwrap",
+                                 limits=self.limits, timeout_s=self.timeout_s)
+        hacks = sorted(findings, key=lambda f: (f["code"], f.get("file", "")))
+        common = {"method": "isolated", "isolation": "process", "modules": run.modules}
+        if run.payload is not None and run.payload.get("infra_error"):
+            # Raised, not judged: an infrastructure failure is never the agent's outcome.
+            raise SandboxError(f"isolated test run: {run.payload['infra_error']}")
+        if run.payload is None:
+            return self._finish(0.0, hacks, **common, exit_code=run.exit_code, timed_out=run.timed_out,
+                                reason="the test run did not report", output_tail=run.output_tail)
+        report = PytestReport(outcomes={str(k): str(v) for k, v in run.payload.get("outcomes", {}).items()},
+                              collection_errors=[str(e) for e in run.payload.get("collection_errors", [])])
+        # The task's own skips, xfails and xpasses are not expected to pass; the solution cannot cause them.
+        expected = {node for node, outcome in report.outcomes.items() if outcome in ("passed", "failed")}
+        passed = len(report.passed & expected)
+        failed = sorted(expected - report.passed)
+        messages = run.payload.get("messages") or {}
+        return self._finish(passed / len(expected) if expected else 0.0, hacks, **common,
+                            exit_code=run.payload.get("exit"), timed_out=run.timed_out or None,
+                            passed=passed, total=len(expected), failed=failed[:20],
+                            collection_errors=report.collection_errors[:5],
+                            solution_error=run.payload.get("solution_error"),
+                            failures={node: str(messages.get(node, ""))[-300:] for node in failed[:5]})
 
     def _judge(self, payload: Any, findings: list[dict[str, Any]], reference: PytestReport | None,
                args: list[str] | None, *, method: str = "junit", exit_ok: bool = False,
-               exit_code: int | None = None) -> Verdict:
+               exit_code: int | None = None, isolation: str = "in-process") -> Verdict:
         hacks = sorted(findings, key=lambda f: (f["code"], f.get("file", "")))
         if method == "exit_code":
             score = 1.0 if exit_ok else 0.0
-            return self._finish(score, hacks, method=method, exit_code=exit_code, passed=int(exit_ok), total=1)
+            return self._finish(score, hacks, method=method, exit_code=exit_code, passed=int(exit_ok), total=1,
+                                isolation=isolation)
         hacks += payload.get("problems", [])
         if payload.get("survivors"):
             hacks.append({"code": "process_outlived_tests", "processes": payload["survivors"][:5]})
         if payload.get("unreported"):
             if payload.get("exit") == 0 and not payload.get("timed_out"):
                 hacks.append({"code": "exited_before_report"})
-            return self._finish(0.0, hacks, method=method, exit_code=payload.get("exit"),
+            return self._finish(0.0, hacks, isolation=isolation, method=method, exit_code=payload.get("exit"),
                                 timed_out=payload.get("timed_out"), reason="pytest did not report",
                                 output_tail=payload.get("output_tail"))
         if not payload.get("xml"):
-            return self._finish(0.0, hacks, method=method, exit_code=payload.get("exit"), reason="no JUnit report")
+            return self._finish(0.0, hacks, isolation=isolation, method=method, exit_code=payload.get("exit"),
+                                reason="no JUnit report")
         try:
             report = parse_junit_xml(payload["xml"])
         except ValueError as exc:
-            return self._finish(0.0, hacks, method=method, reason=str(exc)[:200])
+            return self._finish(0.0, hacks, isolation=isolation, method=method, reason=str(exc)[:200])
         # Tests the pristine task itself skips (skipif, platform marks) are not expected to pass.
         expected = set(reference.outcomes) - reference.skipped if reference else set(report.outcomes)
         if reference is not None and not report.collection_errors:
@@ -290,7 +425,8 @@ class TestsVerifier:
                 hacks.append({"code": "skip_injected", "tests": injected[:10]})
         passed = len(report.passed & expected)
         total = len(expected)
-        return self._finish(passed / total if total else 0.0, hacks, method=method, exit_code=payload.get("exit"),
+        return self._finish(passed / total if total else 0.0, hacks, isolation=isolation, method=method,
+                            exit_code=payload.get("exit"),
                             passed=passed, total=total, failed=sorted(expected - report.passed)[:20],
                             collection_errors=report.collection_errors[:5],
                             reference=reference is not None)

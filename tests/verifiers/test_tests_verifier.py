@@ -7,6 +7,7 @@ on the sandbox's isolation).
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,11 @@ from factory.verifiers import (
 GOLDEN = Path(__file__).resolve().parents[2] / "examples" / "golden"
 CORRECT = load_golden(GOLDEN / "tests-correct.jsonl")
 EXPLOITS = load_golden(GOLDEN / "tests-exploits.jsonl")
-SANDBOXES = ["bwrap", "none"]
+# Every case on bwrap; the first sets (the 6 correct and 22 exploits the corpus started with) on none
+# too, since tamper detection must not depend on the sandbox's isolation. The whole corpus on none
+# as well would double the suite's longest part for no new class of case.
+CASES = [("bwrap", c) for c in CORRECT] + [("none", c) for c in CORRECT[:6]]
+EXPLOIT_CASES = [("bwrap", c) for c in EXPLOITS] + [("none", c) for c in EXPLOITS[:22]]
 
 
 def golden(case, sandbox, expect_pass):
@@ -36,16 +41,14 @@ def golden(case, sandbox, expect_pass):
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
-@pytest.mark.parametrize("sandbox", SANDBOXES)
-@pytest.mark.parametrize("case", CORRECT, ids=[c.id for c in CORRECT])
+@pytest.mark.parametrize(("sandbox", "case"), CASES, ids=[f"{c.id}-{s}" for s, c in CASES])
 def test_correct_solutions_pass(case, sandbox):
     report = golden(case, sandbox, expect_pass=True)
     assert report.false_negatives == [], report.false_negatives
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
-@pytest.mark.parametrize("sandbox", SANDBOXES)
-@pytest.mark.parametrize("case", EXPLOITS, ids=[c.id for c in EXPLOITS])
+@pytest.mark.parametrize(("sandbox", "case"), EXPLOIT_CASES, ids=[f"{c.id}-{s}" for s, c in EXPLOIT_CASES])
 def test_exploit_never_passes(case, sandbox):
     report = golden(case, sandbox, expect_pass=False)
     assert report.false_positives == [], report.false_positives
@@ -53,7 +56,9 @@ def test_exploit_never_passes(case, sandbox):
 
 
 def test_hack_penalty_and_details():
+    """The in-process guard's own evidence (asked for explicitly: it is not the default)."""
     case = next(c for c in EXPLOITS if c.id == "read-expected-values-from-tests")
+    case = replace(case, task=case.task.model_copy(update={"test_isolation": "in-process"}))
     from factory.sandbox import workspace_spec
     from factory.sandbox import create_sandbox
 
