@@ -82,6 +82,16 @@ def test_sandbox_none_warns_loudly(tmp_path):
     assert "NO isolation" in result.stderr
 
 
+def test_a_judge_that_is_the_policy_is_one_warning_line(tmp_path):
+    replay = write_replay(tmp_path / "r.jsonl")
+    result = subprocess.run(fork_cmd(write_tasks(tmp_path / "t.jsonl", 1), "--model", f"replay:{replay}",
+                                     "--judge", f"replay:{replay}", "--db", tmp_path / "f.duckdb", "-n", 1),
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert f"WARNING: the judge replay:{replay} is also the policy" in result.stderr
+    assert "JudgeSameAsPolicyWarning" not in result.stderr  # not Python's file:line form
+
+
 def test_ctrl_c_keeps_finished_branches_and_resume_completes(tmp_path):
     db = tmp_path / "f.duckdb"
     tasks = write_tasks(tmp_path / "t.jsonl", 30)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 import time
 import warnings
@@ -12,36 +11,16 @@ from pathlib import Path
 
 import click
 
-from factory.cli._options import db_option, dump_json, json_option, memory_backend_option, resolve_db
+from factory.cli._options import (
+    db_option,
+    dump_json,
+    json_option,
+    memory_backend_option,
+    resolve_db,
+    warnings_shown,
+)
 
-__all__ = ["build_pipeline", "fork", "parse_temperatures"]
-
-
-def build_pipeline(config, policy_spec: str, judge_spec: str | None, samples: int, budget: int | None,
-                   base_url: str | None, hack_penalty: float = 0.4):
-    """The verification pipeline of a run: objective verifiers, plus the judge when a judge model is given."""
-    from factory.models import ModelOptions, ResilientModel, create_model
-    from factory.verifiers import (
-        JudgeBudget,
-        JudgeSameAsPolicyWarning,
-        ScalarLLMJudgeVerifier,
-        TestsVerifier,
-        VerificationPipeline,
-    )
-
-    verifiers = {"tests": TestsVerifier(penalty=hack_penalty, timeout_s=max(120.0, config.limits.timeout_s),
-                                        reference_sandbox=config.sandbox, limits=config.limits)}
-    if judge_spec:
-        if judge_spec == policy_spec:
-            click.secho(f"WARNING: the judge ({judge_spec}) is the policy model; its scores will favour its own "
-                        "habits. Use a different --judge.", fg="yellow", err=True)
-        judge = ResilientModel(create_model(judge_spec, ModelOptions(base_url=base_url)))
-        with warnings.catch_warnings():  # said once, above, without a Python warning's file and line
-            warnings.simplefilter("ignore", JudgeSameAsPolicyWarning)
-            verifiers["judge"] = ScalarLLMJudgeVerifier(
-                judge, k=samples, budget=JudgeBudget(budget) if budget is not None else None,
-                policy_spec=policy_spec)
-    return VerificationPipeline(verifiers)
+__all__ = ["fork", "parse_temperatures"]
 
 
 def parse_temperatures(text: str | None, branches: int) -> tuple[float, ...] | None:
@@ -114,11 +93,12 @@ def fork(tasks_file: Path | None, branches: int, model_spec: str | None, base_ur
     Ctrl-C stops cleanly, keeping what finished; --resume RUN_ID continues.
     """
     from factory.errors import ConfigError
-    from factory.rollouts import AgentConfig, ForkConfig, RolloutForkRunner, fork_summary
     from factory.models import AdaptiveLimiter, ModelOptions, RecordingModel, ResilientModel, create_model
+    from factory.rollouts import AgentConfig, ForkConfig, RolloutForkRunner, StoredRun, fork_summary
     from factory.sandbox import NoSandboxWarning, SandboxLimits, default_sandbox_name, sandbox_names
     from factory.store import Store
     from factory.tasks import load_tasks
+    from factory.verifiers import JudgeSameAsPolicyWarning, build_pipeline
 
     if tasks_file is None and resume_id is None:
         raise ConfigError("give a TASKS file, or --resume RUN_ID")
@@ -132,12 +112,10 @@ def fork(tasks_file: Path | None, branches: int, model_spec: str | None, base_ur
     err = sys.stderr
     store = Store.open(resolve_db(db))
     try:
+        stored = None
         if resume_id is not None:
-            stored = store.run(resume_id)
-            if stored is None:
-                raise ConfigError(f"no run {resume_id} in {store.path}")
-            config = ForkConfig.from_manifest(stored["config"], concurrency=concurrency)
-            model_spec = model_spec or stored["model"]
+            stored = StoredRun.load(store, resume_id, concurrency=concurrency)
+            config, model_spec = stored.config, model_spec or stored.model
         else:
             config = ForkConfig(
                 branches=branches, concurrency=concurrency,
@@ -155,29 +133,33 @@ def fork(tasks_file: Path | None, branches: int, model_spec: str | None, base_ur
         if record is not None:
             model = RecordingModel(model, record)
         model = ResilientModel(model, limiter=AdaptiveLimiter(concurrency))
-        pipeline = None if no_verify else build_pipeline(
-            config, model.spec, judge_spec, judge_samples, judge_budget, base_url=None, hack_penalty=hack_penalty)
+        pipeline = None
+        if not no_verify:
+            with warnings_shown(JudgeSameAsPolicyWarning):
+                pipeline = build_pipeline(config.sandbox, config.limits, policy_spec=model.spec,
+                                          judge_spec=judge_spec, judge_samples=judge_samples,
+                                          judge_budget=judge_budget, hack_penalty=hack_penalty)
         memory = None
-        if use_memory or (resume_id is not None and config.memory_k):
+        if use_memory or (stored is not None and config.memory_k):
             from factory.memory import RolloutMemoryStore, create_embedder, create_memory_backend
 
-            if resume_id is not None:  # the run's own memory, as its manifest recorded it
-                manifest = stored["config"]
-                manifest = json.loads(manifest) if isinstance(manifest, str) else manifest
-                stored_memory = manifest.get("memory") or {}
-                backend_spec = backend_spec or stored_memory.get("backend")
-                embedder = embedder or stored_memory.get("embedder")
-            memory = RolloutMemoryStore(create_memory_backend(backend_spec, store), create_embedder(embedder),
-                                        store=store)
-            if resume_id is None:
+            recorded = stored.primer if stored is not None else {}  # a resume reopens the run's own memory
+            memory = RolloutMemoryStore(create_memory_backend(backend_spec or recorded.get("backend"), store),
+                                        create_embedder(embedder or recorded.get("embedder")), store=store)
+            if stored is None:
                 config = replace(config, memory_k=memory_k)
         runner = RolloutForkRunner(model, store, config, run_id=resume_id or run_id, pipeline=pipeline,
                                    memory=memory)
-        tasks = list(task_set) if task_set is not None else runner.stored_tasks()
+        if stored is not None:
+            tasks = list(task_set) if task_set is not None else stored.tasks
+            already = store.branches(runner.run_id).height
+            results = runner.resume(tasks, retry_errors=retry_errors)
+        else:
+            tasks, already = list(task_set or ()), 0
+            results = runner.run(tasks, task_file=str(tasks_file))
         started = time.monotonic()
         try:
-            asyncio.run(_drive(runner, model, pipeline, tasks, str(tasks_file) if tasks_file else None,
-                               resume_id is not None, retry_errors, err))
+            asyncio.run(_drive(results, len(tasks) * config.branches, already, model, pipeline, err))
         except KeyboardInterrupt:
             summary = fork_summary(store, runner.run_id, time.monotonic() - started)
             click.echo(f"\ninterrupted: {summary['branches']} branch(es) of run {runner.run_id} are stored. "
@@ -202,32 +184,28 @@ def fork(tasks_file: Path | None, branches: int, model_spec: str | None, base_ur
         _print_summary(summary)
 
 
-async def _drive(runner, model, pipeline, tasks, task_file, resume, retry_errors, err) -> None:
+async def _drive(results, total, already, model, pipeline, err) -> None:
     """Run the fork with a progress bar; the models' clients close in the same event loop."""
     try:
-        await _progress(runner, tasks, task_file, resume, retry_errors, err)
+        await _progress(results, total, already, err)
     finally:
         await model.aclose()
         if pipeline is not None:
             await pipeline.aclose()
 
 
-async def _progress(runner, tasks, task_file, resume, retry_errors, err) -> None:
+async def _progress(results, total: int, already: int, err) -> None:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    total = len(tasks) * runner.config.branches
     console = Console(file=err)
     columns = [TextColumn("[bold]fork[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("pass {task.fields[passed]}/{task.fields[verified]} · errors {task.fields[errors]} · "
                           "tokens {task.fields[tokens]:,}")]
     with Progress(*columns, console=console, disable=not err.isatty()) as progress:
-        bar = progress.add_task("fork", total=total, errors=0, tokens=0, passed=0, verified=0)
-        if resume:
-            already = runner.store.branches(runner.run_id).height
-            progress.update(bar, completed=already)
+        bar = progress.add_task("fork", total=total, completed=already, errors=0, tokens=0, passed=0, verified=0)
         errors = tokens = passed = verified = 0
-        async for result in runner.run(tasks, task_file=task_file, resume=resume, retry_errors=retry_errors):
+        async for result in results:
             errors += result.status == "error"
             tokens += result.usage.input_tokens + result.usage.output_tokens
             if result.objective_pass is not None:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+import warnings
+from collections.abc import Iterator
 from datetime import date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -13,7 +16,15 @@ import click
 if TYPE_CHECKING:
     import polars as pl
 
-__all__ = ["db_option", "dump_json", "json_option", "memory_backend_option", "render_frame", "resolve_db"]
+__all__ = [
+    "db_option",
+    "dump_json",
+    "json_option",
+    "memory_backend_option",
+    "render_frame",
+    "resolve_db",
+    "warnings_shown",
+]
 
 db_option = click.option(
     "--db",
@@ -34,6 +45,29 @@ def resolve_db(db: Path | None) -> Path:
     from factory.settings import default_db_path
 
     return db if db is not None else default_db_path()
+
+
+@contextlib.contextmanager
+def warnings_shown(category: type[Warning]) -> Iterator[None]:
+    """Show each warning of ``category`` raised in the block as a yellow ``WARNING:`` line on stderr.
+
+    The library warns with Python warnings; a user of the command needs the
+    message, not the file and line Python's own form adds. Other warnings are
+    shown as usual.
+    """
+    with warnings.catch_warnings():
+        show = warnings.showwarning
+
+        def shown(message: Warning | str, kind: type[Warning], filename: str, lineno: int,
+                  file: Any = None, line: str | None = None) -> None:
+            if issubclass(kind, category):
+                click.secho(f"WARNING: {message}", fg="yellow", err=True)
+            else:
+                show(message, kind, filename, lineno, file, line)
+
+        warnings.showwarning = shown
+        warnings.simplefilter("always", category)
+        yield
 
 
 def _json_default(value: Any) -> Any:

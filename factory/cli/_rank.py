@@ -16,41 +16,6 @@ _plot_option = click.option("--plot", type=click.Path(path_type=Path, dir_okay=F
                             help="Also write a PNG plot to FILE.")
 
 
-async def _judge_pairs(store, run_id: str, judge_spec: str, pairs_per_task: int) -> int:
-    """Ask the judge to compare up to K pairs per task (both orders each) and store the judgments."""
-    import itertools
-    import json
-
-    from factory.models import ModelOptions, ResilientModel, create_model
-    from factory.tasks import Task
-    from factory.verifiers import BranchOutput, Criterion, ScalarLLMJudgeVerifier, VerificationPipeline
-
-    tasks = {row["task_id"]: Task.model_validate(json.loads(row["spec"]))
-             for row in store.tasks(run_id).iter_rows(named=True)}
-    judge = ScalarLLMJudgeVerifier(ResilientModel(create_model(judge_spec, ModelOptions())))
-    done = 0
-    try:
-        for task_id, group in itertools.groupby(store.branches(run_id).iter_rows(named=True),
-                                                key=lambda row: row["task_id"]):
-            task = tasks[task_id]
-            if not task.rubric:
-                continue
-            rows = list(group)
-            # Adjacent pairs first (branch 0-1, 1-2, ...), then the rest: each branch meets another early.
-            candidates = sorted(itertools.combinations(range(len(rows)), 2), key=lambda p: (p[1] - p[0], p))
-            for i, j in candidates[:pairs_per_task]:
-                a, b = rows[i], rows[j]
-                judgment = await judge.compare_pair(
-                    Criterion("judge", "pairwise preference", "judge", task.rubric), task,
-                    BranchOutput(a["final_answer"]), BranchOutput(b["final_answer"]))
-                VerificationPipeline.store_pairwise(store, run_id, task_id, a["branch_index"], b["branch_index"],
-                                                    judgment)
-                done += 1
-    finally:
-        await judge.model.aclose()
-    return done
-
-
 @click.command()
 @click.argument("run_id")
 @db_option
@@ -69,7 +34,7 @@ def rank(run_id: str, db: Path | None, judge_pairs: int, judge_spec: str | None,
     judge's pairwise comparisons within a task, or on the rewards when there are none.
     """
     from factory.errors import ConfigError
-    from factory.ranking import RolloutRanker, load_pairwise, load_records, plot_strengths
+    from factory.ranking import RolloutRanker, judge_pairwise, load_pairwise, load_records, plot_strengths
     from factory.store import Store
 
     if judge_pairs and not judge_spec:
@@ -78,7 +43,7 @@ def rank(run_id: str, db: Path | None, judge_pairs: int, judge_spec: str | None,
         if store.run(run_id) is None:
             raise ConfigError(f"no run {run_id} in {store.path}")
         if judge_pairs:
-            asyncio.run(_judge_pairs(store, run_id, judge_spec, judge_pairs))
+            asyncio.run(judge_pairwise(store, run_id, judge_spec, judge_pairs))
         records = load_records(store, run_id)
         result = RolloutRanker(bootstrap_rounds=bootstrap).rank(records, load_pairwise(store, run_id))
         store.replace_rankings(run_id, [r.row(run_id) for r in result.ranked])

@@ -6,12 +6,14 @@ import contextlib
 import dataclasses
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import click
 
 from factory.cli._options import dump_json, json_option
+from factory.trainers import CONFIG_FIELDS, FieldDoc
 
 __all__ = ["train"]
 
@@ -67,11 +69,81 @@ def _set_values(pairs: tuple[str, ...], fields: set[str], config_name: str) -> d
     return values
 
 
+@dataclass(frozen=True)
+class _FieldOption:
+    """A command-line option that sets one config field; its help and default are the field's own.
+
+    Only the trainers whose config has the field get the option. The help and
+    default come from :data:`~factory.trainers._fields.CONFIG_FIELDS`, the
+    configs' field metadata written out, so that ``--help`` imports no TRL.
+
+    Attributes:
+        decls: The option's names.
+        field: The config field it sets.
+        type: What the command line accepts where it is narrower than the field (checked before TRL sees it).
+        flag: A switch: given sets True; absent leaves the field to ``--config`` and its default.
+        required: Whether it must be given.
+        pass_default: Absent, it still passes the field's default (overriding ``--config``).
+        show_default: Say the field's default in the help.
+        note: What the option does beyond setting its field.
+    """
+
+    decls: tuple[str, ...]
+    field: str
+    type: Any = None
+    flag: bool = False
+    required: bool = False
+    pass_default: bool = False
+    show_default: bool = True
+    note: str = ""
+
+    def decorator(self, doc: FieldDoc) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        text = f"{doc.help} {self.note}".strip()
+        if self.flag:
+            return click.option(*self.decls, self.field, is_flag=True, help=text)
+        if self.pass_default:
+            return click.option(*self.decls, self.field, type=self.type, default=doc.default, show_default=True,
+                                help=text)
+        if self.show_default and not self.required and doc.default is not None:
+            text += f" [default: {doc.default}]"
+        return click.option(*self.decls, self.field, type=self.type, required=self.required, default=None, help=text)
+
+    def value(self, given: Any) -> Any:
+        """What the option passes to the config (None: nothing)."""
+        if self.flag:
+            return given or None
+        return str(given) if isinstance(given, Path) else given
+
+
+_FIELD_OPTIONS = (
+    _FieldOption(("--data",), "data_file", click.Path(path_type=Path, dir_okay=False), required=True),
+    _FieldOption(("--model",), "model_name_or_path", pass_default=True),
+    _FieldOption(("--output", "-o"), "output_dir", click.Path(path_type=Path, file_okay=False), required=True,
+                 note="It holds model/, adapter/ (with --lora), train_result.json and loss.png."),
+    _FieldOption(("--lora",), "use_lora", flag=True),
+    _FieldOption(("--max-steps",), "max_steps", click.IntRange(min=1), show_default=False),  # -1: by epochs
+    _FieldOption(("--epochs",), "num_train_epochs", click.FloatRange(min=0, min_open=True)),
+    _FieldOption(("--lr",), "learning_rate", click.FloatRange(min=0, min_open=True)),
+    _FieldOption(("--batch-size",), "per_device_train_batch_size", click.IntRange(min=1)),
+    _FieldOption(("--grad-accum",), "gradient_accumulation_steps", click.IntRange(min=1)),
+    _FieldOption(("--seed",), "seed", int),
+    # A checkpoint every N steps needs save_strategy=steps too (off by default): the option sets both.
+    _FieldOption(("--save-steps",), "save_steps", click.IntRange(min=1), show_default=False,
+                 note="Checkpoints are written only with this option, so that --resume can continue after a crash."),
+    _FieldOption(("--resume",), "resume", flag=True),
+    _FieldOption(("--max-length",), "max_length", click.IntRange(min=8)),
+    _FieldOption(("--objective",), "objective", click.Choice(["auto", "pairwise", "regression"])),
+    _FieldOption(("--sandbox",), "sandbox"),
+    _FieldOption(("--num-generations",), "num_generations", click.IntRange(min=2)),
+    _FieldOption(("--max-completion-length",), "max_completion_length", click.IntRange(min=1)),
+)
+
+
 def _command(name: str, summary: str) -> click.Command:
-    def run(data: Path, model: str, output: Path, lora: bool, max_steps: int | None, epochs: float | None,
-            lr: float | None, batch_size: int | None, grad_accum: int | None, seed: int | None,
-            save_steps: int | None, resume: bool, config_file: Path | None,
-            settings: tuple[str, ...], as_json: bool, **specific: Any) -> None:
+    docs = CONFIG_FIELDS.get(name, {})
+    options = [option for option in _FIELD_OPTIONS if option.field in docs]
+
+    def run(config_file: Path | None, settings: tuple[str, ...], as_json: bool, **given_fields: Any) -> None:
         from factory.errors import ConfigError
         from factory.trainers import load_trainer
 
@@ -79,15 +151,9 @@ def _command(name: str, summary: str) -> click.Command:
         fields = {f.name for f in dataclasses.fields(config_cls) if f.init}
         values = _yaml_values(config_file, fields, config_cls.__name__) if config_file else {}
         values.update(_set_values(settings, fields, config_cls.__name__))
-        given = {
-            "data_file": str(data), "model_name_or_path": model, "output_dir": str(output),
-            "use_lora": lora or None, "max_steps": max_steps, "num_train_epochs": epochs, "learning_rate": lr,
-            "per_device_train_batch_size": batch_size, "gradient_accumulation_steps": grad_accum,
-            "seed": seed, "resume": resume or None,
-            **specific,  # --max-length, --objective, --sandbox, --num-generations ... where the trainer has them
-        }
-        if save_steps is not None:
-            given.update(save_strategy="steps", save_steps=save_steps)
+        given = {option.field: option.value(given_fields[option.field]) for option in options}
+        if given.get("save_steps") is not None:
+            given["save_strategy"] = "steps"
         given = {k: v for k, v in given.items() if v is not None}
         stray = sorted(set(given) - fields)
         if stray:
@@ -109,47 +175,13 @@ def _command(name: str, summary: str) -> click.Command:
         _print(result)
 
     params: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
-        click.option("--data", required=True, type=click.Path(path_type=Path, dir_okay=False),
-                     help=f"The export file (factory export {'reward' if name == 'reward' else name} ...)."),
-        click.option("--model", default="local", show_default=True,
-                     help="Policy: a model folder, hf:DIR, a hub id (needs network), a .gguf file, or local "
-                          "(the embedded default GGUF, dequantized)."),
-        click.option("--output", "-o", required=True, type=click.Path(path_type=Path, file_okay=False),
-                     help="Output folder: model/, adapter/ (with --lora), train_result.json, loss.png."),
-        click.option("--lora", is_flag=True, help="Train a LoRA adapter (saved, and merged into model/)."),
-        click.option("--max-steps", type=click.IntRange(min=1), default=None, help="Optimizer steps."),
-        click.option("--epochs", type=click.FloatRange(min=0, min_open=True), default=None,
-                     help="Epochs over the data (when --max-steps is not given)."),
-        click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=None,
-                     help="Learning rate [default: the TRL trainer's]."),
-        click.option("--batch-size", type=click.IntRange(min=1), default=None, help="Rows per device per step."),
-        click.option("--grad-accum", type=click.IntRange(min=1), default=None, help="Gradient accumulation steps."),
-        click.option("--seed", type=int, default=None, help="Seed (data order, dropout, new heads) [default: 42]."),
-        click.option("--save-steps", type=click.IntRange(min=1), default=None,
-                     help="Write a checkpoint every N steps (so --resume can continue after a crash)."),
-        click.option("--resume", is_flag=True, help="Continue from the newest checkpoint in --output."),
+        *(option.decorator(docs[option.field]) for option in options),
         click.option("--config", "config_file", type=click.Path(path_type=Path, dir_okay=False, exists=True),
                      default=None, help="YAML of config fields (any TRL / TrainingArguments field); options win."),
         click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
                      help="Set any config field, e.g. --set beta=0.05 (repeatable; YAML values)."),
         json_option,
     ]
-    if name != "grpo":  # GRPO bounds completions instead (--max-completion-length)
-        params.append(click.option("--max-length", type=click.IntRange(min=8), default=None,
-                                   help="Tokens per row (truncated)."))
-    if name == "reward":
-        params.append(click.option("--objective", type=click.Choice(["auto", "pairwise", "regression"]),
-                                   default=None, help="pairwise (Bradley-Terry with margins) or regression "
-                                                      "(MSE on the scalar file) [default: from the file]."))
-    if name == "grpo":
-        params += [
-            click.option("--sandbox", default=None, help="Sandbox for the completions' tool calls and tests "
-                                                         "[default: bwrap]."),
-            click.option("--num-generations", type=click.IntRange(min=2), default=None,
-                         help="Completions per prompt (the group) [default: TRL's]."),
-            click.option("--max-completion-length", type=click.IntRange(min=1), default=None,
-                         help="Tokens per completion [default: TRL's]."),
-        ]
     command = run
     for param in reversed(params):
         command = param(command)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from factory.cli._options import db_option, dump_json, json_option, resolve_db
+from factory.cli._options import db_option, dump_json, json_option, resolve_db, warnings_shown
 
 __all__ = ["verify"]
 
@@ -31,13 +31,11 @@ def verify() -> None:
 
 def _pipeline(verifiers: tuple[str, ...], judge_spec: str | None, samples: int, sandbox: str, policy: str | None,
               hack_penalty: float = 0.4):
-    from factory.cli._fork import build_pipeline
-    from factory.rollouts import ForkConfig
-    from factory.sandbox import SandboxLimits
+    from factory.verifiers import JudgeSameAsPolicyWarning, build_pipeline
 
-    config = ForkConfig(sandbox=sandbox, limits=SandboxLimits())
-    pipeline = build_pipeline(config, policy or "", judge_spec, samples, None, base_url=None,
-                              hack_penalty=hack_penalty)
+    with warnings_shown(JudgeSameAsPolicyWarning):
+        pipeline = build_pipeline(sandbox, policy_spec=policy, judge_spec=judge_spec, judge_samples=samples,
+                                  hack_penalty=hack_penalty)
     if verifiers:
         pipeline.only = frozenset(verifiers)
     return pipeline

@@ -2,6 +2,7 @@
 
 from factory.ranking._arms import pair_arms, split_by_field
 from factory.ranking._bradley_terry import BTFit, comparisons_from_winners, fit_bradley_terry
+from factory.ranking._pairwise import judge_pairwise
 from factory.ranking._plots import plot_pass_rates, plot_strengths
 from factory.ranking._ranker import DEFAULT_REWARDS, RankedBranch, RewardFunction, RolloutRanker
 from factory.ranking._records import BranchRecord, PairwiseOutcome, load_pairwise, load_records
@@ -30,6 +31,7 @@ __all__ = [
     "compare_paired",
     "comparisons_from_winners",
     "fit_bradley_terry",
+    "judge_pairwise",
     "load_pairwise",
     "load_records",
     "mcnemar_exact",

@@ -38,7 +38,15 @@ from factory.tasks import Task, dataset_hash
 
 from factory.verifiers import BranchOutput, VerificationPipeline, objective_pass, verdict_events
 
-__all__ = ["BranchPrimer", "BranchResult", "ForkConfig", "RolloutForkRunner", "branch_sampling", "new_run_id"]
+__all__ = [
+    "BranchPrimer",
+    "BranchResult",
+    "ForkConfig",
+    "RolloutForkRunner",
+    "StoredRun",
+    "branch_sampling",
+    "new_run_id",
+]
 
 
 @runtime_checkable
@@ -136,6 +144,41 @@ class ForkConfig:
         )
 
 
+@dataclass(frozen=True)
+class StoredRun:
+    """A stored run, reopened to resume it exactly as it was started.
+
+    Attributes:
+        run_id: The run's id.
+        config: Its fork settings, as its manifest recorded them (only ``concurrency`` is the caller's).
+        model: The spec of the policy it ran with.
+        tasks: Its tasks, as stored (no task file needed).
+        primer: The memory settings its manifest recorded (``k`` and :meth:`BranchPrimer.describe`:
+            memory's embedder and backend), empty when it had none. The runner sits below memory,
+            so the caller reopens the primer from these.
+    """
+
+    run_id: str
+    config: ForkConfig
+    model: str
+    tasks: list[Task]
+    primer: dict[str, Any]
+
+    @classmethod
+    def load(cls, store: Store, run_id: str, *, concurrency: int) -> StoredRun:
+        """Reopen run ``run_id`` of ``store``.
+
+        Raises:
+            ConfigError: There is no such run.
+        """
+        run = store.run(run_id)
+        if run is None:
+            raise ConfigError(f"no run {run_id} in {store.path}")
+        manifest = json.loads(run["config"]) if isinstance(run["config"], str) else run["config"]
+        return cls(run_id, ForkConfig.from_manifest(manifest, concurrency=concurrency), run["model"],
+                   _stored_tasks(store, run_id), dict(manifest.get("memory") or {}))
+
+
 @dataclass
 class BranchResult:
     """One finished branch, as stored."""
@@ -191,8 +234,9 @@ def _output(result: AgentResult) -> BranchOutput:
     return BranchOutput(result.final_answer, result.messages, result.status)
 
 
-def _task_from_row(spec: str | dict[str, Any]) -> Task:
-    return Task.model_validate(json.loads(spec) if isinstance(spec, str) else spec)
+def _stored_tasks(store: Store, run_id: str) -> list[Task]:
+    return [Task.model_validate(json.loads(spec) if isinstance(spec, str) else spec)
+            for spec in store.tasks(run_id)["spec"].to_list()]
 
 
 class RolloutForkRunner:
@@ -269,8 +313,7 @@ class RolloutForkRunner:
 
     def stored_tasks(self) -> list[Task]:
         """The tasks of this run, as stored (for resuming without the task file)."""
-        frame = self.store.tasks(self.run_id)
-        return [_task_from_row(spec) for spec in frame["spec"].to_list()]
+        return _stored_tasks(self.store, self.run_id)
 
     def _done(self, retry_errors: bool) -> set[tuple[str, int]]:
         statuses = {BranchStatus.OK, BranchStatus.MAX_TURNS} | (set() if retry_errors else {BranchStatus.ERROR})
@@ -339,6 +382,19 @@ class RolloutForkRunner:
             for r in results:
                 if r.verdicts:
                     VerificationPipeline.store(self.store, r.run_id, r.task_id, r.branch_index, r.verdicts)
+
+    def resume(self, tasks: Sequence[Task] | None = None, *, retry_errors: bool = False
+               ) -> AsyncIterator[BranchResult]:
+        """Run only the unfinished branches of this (stored) run; see :meth:`run`.
+
+        Args:
+            tasks: The run's tasks (default: as stored; :attr:`StoredRun.tasks` holds them too).
+            retry_errors: Also run again the branches that ended in ``error``.
+
+        Raises:
+            RunError: The run does not exist, or was made from other tasks or with another model.
+        """
+        return self.run(self.stored_tasks() if tasks is None else tasks, resume=True, retry_errors=retry_errors)
 
     async def run(
         self,

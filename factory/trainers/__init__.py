@@ -8,6 +8,7 @@ are imported only when one of their names is first used.
 
 from factory._lazy_exports import lazy_exports
 from factory.trainers._data import load_training_data
+from factory.trainers._fields import CONFIG_FIELDS, FieldDoc, describe_fields
 from factory.trainers._registry import (
     TRAINERS,
     TrainerEntry,
@@ -33,7 +34,9 @@ _LAZY = {
 
 __all__ = [
     "CHAT_TEMPLATE",
+    "CONFIG_FIELDS",
     "DPOConfig",
+    "FieldDoc",
     "GRPOConfig",
     "KTOConfig",
     "RewardConfig",
@@ -45,6 +48,7 @@ __all__ = [
     "apply_lora",
     "build_tiny_model",
     "completion_text",
+    "describe_fields",
     "load_policy",
     "load_trainer",
     "load_training_data",

@@ -82,13 +82,15 @@ class VerifierReward:
                  tool_timeout_s: float = 30.0):
         from factory.rollouts import AGENT_TOOLS
         from factory.sandbox import sandbox_names
-        from factory.verifiers import VerificationPipeline
+        from factory.verifiers import VerificationPipeline, is_objective
 
         if sandbox not in sandbox_names():
             raise ConfigError(f"unknown sandbox {sandbox!r} (use one of: {', '.join(sandbox_names())})")
         chosen = set(verifiers) if verifiers is not None else None
-        if chosen is not None and "judge" in chosen:
-            raise ConfigError("the LLM judge is not an objective verifier; GRPO rewards come from objective ones")
+        opinions = sorted(name for name in chosen or () if not is_objective(name))
+        if opinions:
+            raise ConfigError(f"{', '.join(opinions)}: an opinion (the LLM judge), not an objective verifier; "
+                              "GRPO rewards come from objective ones")
         self.sandbox = sandbox
         self.pipeline = VerificationPipeline(only=frozenset(chosen) if chosen is not None else None)
         self.concurrency = max(1, concurrency)
@@ -103,11 +105,9 @@ class VerifierReward:
         return self._tasks[spec]
 
     async def _score(self, task: Task, text: str, gate: asyncio.Semaphore) -> float | None:
-        from factory.rollouts import execute_tool
-        from factory.sandbox import workspace_spec
         from factory.models import parse_text_tool_calls
-        from factory.sandbox import create_sandbox
-        from factory.verifiers import BranchOutput, objective_pass
+        from factory.rollouts import execute_tool
+        from factory.verifiers import BranchOutput, objective_pass, verify_in_fresh_sandbox
 
         # The pipeline holds no judge model, so every criterion it checks is an objective one.
         if not self.pipeline.criteria(task):
@@ -116,21 +116,19 @@ class VerifierReward:
         prose, calls = parse_text_tool_calls(text, known_tools=self._tool_names)
         message = {"role": "assistant", "content": prose,
                    "tool_calls": [call.as_message_part() for call in calls] or None}
-        submitted = None
+
+        async def carry_out(box) -> BranchOutput | None:
+            """The completion's tool calls, in order; a submitted answer is what gets verified."""
+            for call in calls:
+                outcome = await execute_tool(call, box, self.tool_timeout_s)
+                self.counts["tool_calls"] += 1
+                if outcome.submitted is not None:
+                    return BranchOutput(outcome.submitted, [message], "ok")  # submit ends a branch
+            return None
+
         async with gate:
-            needs_sandbox = bool(calls) or self.pipeline.needs_sandbox(task)
-            if needs_sandbox:
-                async with create_sandbox(self.sandbox, workspace_spec(task, None)) as box:
-                    for call in calls:
-                        outcome = await execute_tool(call, box, self.tool_timeout_s)
-                        self.counts["tool_calls"] += 1
-                        if outcome.submitted is not None:
-                            submitted = outcome.submitted
-                            break  # submit ends a branch
-                    output = BranchOutput(submitted if submitted is not None else prose, [message], "ok")
-                    verdicts = await self.pipeline.verify(task, output, box)
-            else:
-                verdicts = await self.pipeline.verify(task, BranchOutput(prose, [message], "ok"), None)
+            verdicts = await verify_in_fresh_sandbox(self.pipeline, task, BranchOutput(prose, [message], "ok"),
+                                                     self.sandbox, replay=carry_out if calls else None)
         self.counts["scored"] += 1
         self.counts["objective_passes"] += bool(objective_pass(verdicts))
         for verdict in verdicts:

@@ -13,6 +13,7 @@ from factory.verifiers._base import (
     run_verifier,
     verifier_names,
 )
+from factory.verifiers._build import build_pipeline
 from factory.verifiers._calibration import (
     calibrate_run,
     judge_auc,
@@ -38,7 +39,13 @@ from factory.verifiers._objective import (
     VisualAssertVerifier,
     check_final_answer,
 )
-from factory.verifiers._pipeline import VerificationPipeline, objective_pass, verdict_events
+from factory.verifiers._pipeline import (
+    VerificationPipeline,
+    is_objective,
+    objective_pass,
+    verdict_events,
+    verify_in_fresh_sandbox,
+)
 from factory.verifiers._rerun import GoldenCase, load_golden, run_golden, verify_stored_run
 from factory.verifiers._tests import TestsVerifier, parse_junit_xml
 
@@ -66,10 +73,12 @@ __all__ = [
     "Verifier",
     "VerifyContext",
     "VisualAssertVerifier",
+    "build_pipeline",
     "calibrate_run",
     "check_final_answer",
     "create_verifier",
     "criteria_for",
+    "is_objective",
     "judge_auc",
     "judge_spearman",
     "load_golden",
@@ -83,5 +92,6 @@ __all__ = [
     "swap_inconsistency",
     "verdict_events",
     "verifier_names",
+    "verify_in_fresh_sandbox",
     "verify_stored_run",
 ]

@@ -146,11 +146,15 @@ class Verifier(Protocol):
         name: Registered name (``tests``, ``answer``, ...).
         version: Bumped whenever its judgement can change.
         needs_sandbox: Whether it must run inside the branch's sandbox.
+        objective: Whether its verdict is a check (tests, answer, schema...) rather than an
+            opinion (the LLM judge): only objective verdicts make a branch's objective pass,
+            and a pipeline runs an opinion only when it is configured with one.
     """
 
     name: ClassVar[str]
     version: ClassVar[str]
     needs_sandbox: ClassVar[bool]
+    objective: ClassVar[bool]
 
     async def __call__(self, ctx: VerifyContext) -> Verdict:
         ...

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy import stats
 
+from factory.verifiers._pipeline import is_objective
+
 if TYPE_CHECKING:
     from factory.store import Store
 
@@ -134,7 +136,7 @@ def calibrate_run(store: Store, run_id: str) -> dict[str, Any]:
 
     Reads the latest verdict per (task, branch, verifier) — the newest by
     ``created_at``, the highest version breaking a tie. A branch's objective
-    pass is that every non-judge verdict of it is ``pass``; branches with no
+    pass is that every objective verdict of it is ``pass``; branches with no
     objective verdict, or whose judge verdict is not ``pass``/``fail`` (an
     error or budget cut carries no judgement), are left out of AUC and
     Spearman. Self-agreement uses the valid samples (``status`` ``ok``) in
@@ -164,7 +166,7 @@ def calibrate_run(store: Store, run_id: str) -> dict[str, Any]:
                                   if s.get("status") == "ok" and s.get("score") is not None])
             if row["status"] in ("pass", "fail") and row["score"] is not None:
                 judge_scores[key] = float(row["score"])
-        else:
+        elif is_objective(row["verifier"]):
             objective[key] = objective.get(key, True) and row["status"] == "pass"
     paired = sorted(set(judge_scores) & set(objective))
     scores = [judge_scores[key] for key in paired]

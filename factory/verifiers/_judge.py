@@ -342,6 +342,8 @@ class ScalarLLMJudgeVerifier:
     # The prompts are part of what the judge's verdict depends on.
     version: ClassVar[str] = f"1+prompt.{PROMPT_VERSION}"
     needs_sandbox: ClassVar[bool] = False
+    # An opinion, not a check: never counted toward a branch's objective pass, and only run when configured.
+    objective: ClassVar[bool] = False
 
     def __init__(
         self,

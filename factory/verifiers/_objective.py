@@ -72,6 +72,7 @@ class AnswerVerifier:
 
     version: ClassVar[str] = "1"
     needs_sandbox: ClassVar[bool] = False
+    objective: ClassVar[bool] = True
 
     async def __call__(self, ctx: VerifyContext) -> Verdict:
         expected = ctx.criterion.arg if ctx.criterion.arg is not None else ctx.task.answer
@@ -93,6 +94,7 @@ class JsonSchemaVerifier:
 
     version: ClassVar[str] = "1"
     needs_sandbox: ClassVar[bool] = False
+    objective: ClassVar[bool] = True
 
     async def __call__(self, ctx: VerifyContext) -> Verdict:
         import jsonschema
@@ -128,6 +130,7 @@ class RulesVerifier:
 
     version: ClassVar[str] = "1"
     needs_sandbox: ClassVar[bool] = False
+    objective: ClassVar[bool] = True
 
     async def __call__(self, ctx: VerifyContext) -> Verdict:
         rules = ctx.criterion.arg if isinstance(ctx.criterion.arg, dict) else (
@@ -156,6 +159,7 @@ class BuildVerifier:
 
     version: ClassVar[str] = "1"
     needs_sandbox: ClassVar[bool] = True
+    objective: ClassVar[bool] = True
 
     def __init__(self, timeout_s: float = 300.0):
         self.timeout_s = timeout_s
@@ -187,6 +191,7 @@ class _ExternalResultVerifier:
 
     version: ClassVar[str] = "1"
     needs_sandbox: ClassVar[bool] = False
+    objective: ClassVar[bool] = True
     name: ClassVar[str]
 
     def __init__(self, fetch: Callable[[VerifyContext], ExternalResult | Awaitable[ExternalResult]]):

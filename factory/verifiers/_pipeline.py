@@ -9,13 +9,15 @@ new verifier version adds rows and keeps the old ones.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from factory.sandbox import Sandbox, create_sandbox, workspace_spec
 from factory.store import Store, utc_now
 from factory.tasks import Task
 from factory.verifiers._base import (
+    VERIFIERS,
     BranchOutput,
     Criterion,
     Verdict,
@@ -26,15 +28,21 @@ from factory.verifiers._base import (
     run_verifier,
 )
 
-if TYPE_CHECKING:
-    from factory.sandbox import Sandbox
+__all__ = ["VerificationPipeline", "is_objective", "objective_pass", "verdict_events", "verify_in_fresh_sandbox"]
 
-__all__ = ["VerificationPipeline", "objective_pass", "verdict_events"]
+
+def is_objective(verifier: str) -> bool:
+    """Whether verdicts of the verifier registered as ``verifier`` are objective (its :attr:`Verifier.objective`).
+
+    A name that nothing registers here (a verdict a plugin made, read back
+    without it) counts as objective, as every verifier but an opinion does.
+    """
+    return verifier not in VERIFIERS or bool(getattr(VERIFIERS.get(verifier), "objective", True))
 
 
 def objective_pass(verdicts: Sequence[Verdict]) -> bool | None:
-    """A branch's objective outcome: every non-judge verdict passes (None: no objective verdict)."""
-    objective = [v for v in verdicts if v.verifier != "judge"]
+    """A branch's objective outcome: every objective verdict passes (None: no objective verdict)."""
+    objective = [v for v in verdicts if is_objective(v.verifier)]
     if not objective:
         return None
     return all(v.ok for v in objective)
@@ -67,9 +75,9 @@ class VerificationPipeline:
     only: frozenset[str] | None = None
 
     def verifier(self, name: str) -> Verifier | None:
-        """The instance used for ``name`` (None for the judge when no judge model is set)."""
+        """The instance used for ``name`` (None for an opinion, the judge, when none is configured)."""
         if name not in self.verifiers:
-            if name == "judge":
+            if not is_objective(name):  # an opinion needs its model (the judge's), which only a caller can give
                 return None
             self.verifiers[name] = create_verifier(name)
         return self.verifiers[name]
@@ -122,6 +130,42 @@ class VerificationPipeline:
                 judgments.append(_judgment_row(run_id, task_id, branch_index, verdict, sample))
         if judgments:
             store.write_judgments(judgments)
+
+
+async def verify_in_fresh_sandbox(
+    pipeline: VerificationPipeline,
+    task: Task,
+    output: BranchOutput,
+    sandbox_name: str,
+    workspace: dict[str, Any] | None = None,
+    *,
+    replay: Callable[[Sandbox], Awaitable[BranchOutput | None]] | None = None,
+) -> list[Verdict]:
+    """Verify a branch outside of its own run: in a new sandbox rebuilt from the task and the branch's changes.
+
+    The one definition of verifying after the fact (re-verifying a stored
+    branch, a golden case, a GRPO completion): the sandbox holds the task's
+    files and read-only tests with ``workspace`` applied on top. No sandbox
+    starts when no applicable verifier runs code and there is nothing to replay.
+
+    Args:
+        pipeline: The verifiers.
+        task: The task the branch answered.
+        output: What the verifiers look at of the branch.
+        sandbox_name: The sandbox backend.
+        workspace: The branch's changes (``{"files": {...}, "deleted": [...]}``), None for the task's own files.
+        replay: What the branch did, carried out in the sandbox before verifying (its commands, its tool
+            calls); it may return the output to verify instead of ``output`` (an answer it submitted).
+
+    Returns:
+        Every applicable verdict (never raises for a verifier's failure; see :meth:`VerificationPipeline.verify`).
+    """
+    if replay is None and not pipeline.needs_sandbox(task):
+        return await pipeline.verify(task, output, None)
+    async with create_sandbox(sandbox_name, workspace_spec(task, workspace)) as sandbox:
+        if replay is not None:
+            output = await replay(sandbox) or output
+        return await pipeline.verify(task, output, sandbox)
 
 
 def _judgment_row(run_id: str, task_id: str, branch_index: int, verdict: Verdict,

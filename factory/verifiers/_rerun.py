@@ -8,30 +8,19 @@ it. Verdicts of a new verifier version are added beside the old ones.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from factory.errors import ConfigError, TaskFileError, TaskProblem
-from factory.sandbox import create_sandbox, workspace_spec
+from factory.sandbox import Sandbox
 from factory.store import Store
 from factory.tasks import Task
 from factory.verifiers._base import BranchOutput, Verdict
-from factory.verifiers._pipeline import VerificationPipeline
+from factory.verifiers._pipeline import VerificationPipeline, objective_pass, verify_in_fresh_sandbox
 
 __all__ = ["GoldenCase", "GoldenReport", "load_golden", "run_golden", "verify_stored_run"]
-
-
-async def _verify_in_workspace(pipeline: VerificationPipeline, task: Task, output: BranchOutput,
-                               workspace: dict[str, Any] | None, sandbox_name: str,
-                               commands: tuple[str, ...] = ()) -> list[Verdict]:
-    if not pipeline.needs_sandbox(task):
-        return await pipeline.verify(task, output, None)
-    async with create_sandbox(sandbox_name, workspace_spec(task, workspace)) as sandbox:
-        for command in commands:  # what the branch ran during its turns (golden cases)
-            await sandbox.exec(command)
-        return await pipeline.verify(task, output, sandbox)
 
 
 async def verify_stored_run(store: Store, run_id: str, pipeline: VerificationPipeline, sandbox_name: str,
@@ -51,13 +40,13 @@ async def verify_stored_run(store: Store, run_id: str, pipeline: VerificationPip
         task = tasks[row["task_id"]]
         output = BranchOutput(row["final_answer"], json.loads(row["trajectory"] or "[]"), row["status"])
         workspace = json.loads(row["workspace"]) if row.get("workspace") else None
-        verdicts = await _verify_in_workspace(pipeline, task, output, workspace, sandbox_name)
+        verdicts = await verify_in_fresh_sandbox(pipeline, task, output, sandbox_name, workspace)
         VerificationPipeline.store(store, run_id, row["task_id"], row["branch_index"], verdicts)
         written += len(verdicts)
-        objective = [v for v in verdicts if v.verifier != "judge"]
-        if objective:
+        passed = objective_pass(verdicts)
+        if passed is not None:
             verified += 1
-            passes += all(v.ok for v in objective)
+            passes += passed
         if on_branch is not None:
             on_branch(row["task_id"], row["branch_index"], verdicts)
     return {"run_id": run_id, "branches": store.branches(run_id).height, "verdicts": written,
@@ -143,8 +132,10 @@ async def run_golden(verifier_name: str, pipeline: VerificationPipeline, correct
     restricted = VerificationPipeline(pipeline.verifiers, only=frozenset({verifier_name}))
     for expect_pass, cases in ((True, correct), (False, exploits)):
         for case in cases:
-            verdicts = await _verify_in_workspace(restricted, case.task, BranchOutput(case.final_answer),
-                                                  case.workspace, sandbox_name, case.commands)
+            # The commands only matter to a verifier that looks inside the sandbox.
+            replay = _commands(case.commands) if case.commands and restricted.needs_sandbox(case.task) else None
+            verdicts = await verify_in_fresh_sandbox(restricted, case.task, BranchOutput(case.final_answer),
+                                                     sandbox_name, case.workspace, replay=replay)
             mine = [v for v in verdicts if v.verifier == verifier_name]
             verdict = mine[0] if mine else None
             entry = {"id": case.id, "line": case.line, "status": verdict.status if verdict else "not_applicable",
@@ -158,6 +149,16 @@ async def run_golden(verifier_name: str, pipeline: VerificationPipeline, correct
                 report.caught.append({"id": case.id, "status": entry["status"],
                                       "why": _why(verdict) if verdict else "not applicable"})
     return report
+
+
+def _commands(commands: tuple[str, ...]) -> Callable[[Sandbox], Awaitable[None]]:
+    """Replays a golden case's shell commands (what its branch ran during its turns)."""
+
+    async def replay(sandbox: Sandbox) -> None:
+        for command in commands:
+            await sandbox.exec(command)
+
+    return replay
 
 
 def _why(verdict: Verdict) -> str:

@@ -10,8 +10,8 @@ import polars as pl
 import pytest
 
 from factory.errors import ConfigError, RunError
-from factory.rollouts import ForkConfig, RolloutForkRunner, branch_sampling
 from factory.models import create_model
+from factory.rollouts import BranchPrimer, ForkConfig, RolloutForkRunner, StoredRun, branch_sampling
 from factory.store import Store
 from factory.tasks import Task, dataset_hash
 from tests.rollouts.conftest import FIX_FACTORIAL
@@ -117,6 +117,45 @@ def test_resume_runs_only_unfinished_branches(tmp_path, replay_file):
         counts = store.query("SELECT count(*) AS n, count(DISTINCT (task_id, branch_index)) AS d FROM branches")
         assert counts.row(0) == (8, 8)
         assert store.run("r1")["status"] == "finished"
+
+
+class RecordedPrimer:
+    """A branch primer that adds nothing and records how to reopen it, as memory does."""
+
+    def prime(self, task_text: str, k: int) -> str:
+        return ""
+
+    def describe(self) -> dict:
+        return {"embedder": "hashing", "backend": "duckdb"}
+
+
+def test_stored_run_reopens_the_manifest_and_resume_reruns_only_what_is_left(tmp_path, replay_file):
+    assert isinstance(RecordedPrimer(), BranchPrimer)
+    first_replies = replay_file(ANSWERS, "first.jsonl")  # nothing for the factorial task: its branches fail
+    config = ForkConfig(branches=2, concurrency=2, temperatures=(0.3, 0.9), base_seed=5, sandbox="bwrap", memory_k=2)
+    with Store.open(tmp_path / "run.duckdb") as store:
+        first = RolloutForkRunner(create_model(f"replay:{first_replies}"), store, config, run_id="r1",
+                                  memory=RecordedPrimer())
+        collect(first, [ADD, FACTORIAL])
+        with pytest.raises(ConfigError, match="no run nope"):
+            StoredRun.load(store, "nope", concurrency=1)
+        stored = StoredRun.load(store, "r1", concurrency=3)
+        assert stored.config == ForkConfig(branches=2, concurrency=3, temperatures=(0.3, 0.9), seeds=(5, 6),
+                                           base_seed=0, sandbox="bwrap", memory_k=2)
+        assert stored.model == f"replay:{first_replies}" and [t.id for t in stored.tasks] == ["add", "fix-factorial"]
+        assert stored.primer == {"k": 2, "embedder": "hashing", "backend": "duckdb"}
+        # the same file name, now with every reply: resuming needs the run's own model spec
+        replay_file(ANSWERS + FIX_FACTORIAL, "first.jsonl")
+        runner = RolloutForkRunner(create_model(stored.model), store, stored.config, run_id=stored.run_id,
+                                   memory=RecordedPrimer())
+
+        async def resume(**kwargs):
+            return [r async for r in runner.resume(**kwargs)]
+
+        assert asyncio.run(resume()) == []  # errors are finished branches unless retried
+        again = asyncio.run(resume(retry_errors=True))
+        assert sorted((r.task_id, r.status) for r in again) == [("fix-factorial", "ok"), ("fix-factorial", "ok")]
+        assert store.branches("r1").height == 4 and store.run("r1")["status"] == "finished"
 
 
 def test_resume_refuses_other_tasks_or_model_and_new_run_refuses_existing(tmp_path, replay_file):

@@ -57,6 +57,17 @@ def train(cli, name: str, data: Path, model: str, output: Path, *extra: str) -> 
     return summary
 
 
+def test_the_option_table_is_what_the_trainer_configs_say():
+    """`factory train NAME --help` reads a written-out table (no TRL import); it must match the configs."""
+    from factory.trainers import CONFIG_FIELDS, describe_fields, load_trainer, trainer_names
+
+    assert set(CONFIG_FIELDS) == set(trainer_names())
+    for name in trainer_names():
+        assert CONFIG_FIELDS[name] == describe_fields(load_trainer(name)[0]), (
+            f"{name}: the installed TRL documents its fields otherwise; print the table afresh with "
+            "`python -m factory.trainers._fields` and paste it into factory/trainers/_fields.py")
+
+
 def assert_trained(summary: dict, base: str, *, steps: int = 2) -> None:
     metrics = summary["metrics"]
     assert metrics["steps"] == steps

@@ -8,10 +8,26 @@ import subprocess
 import sys
 from typing import ClassVar
 
-from factory.rollouts import ForkConfig, RolloutForkRunner
+import pytest
+
 from factory.models import create_model
+from factory.rollouts import ForkConfig, RolloutForkRunner
+from factory.sandbox import SandboxLimits
 from factory.store import Store
-from factory.verifiers import AnswerVerifier, TestsVerifier, VerificationPipeline, verify_stored_run
+from factory.verifiers import (
+    AnswerVerifier,
+    BranchOutput,
+    JudgeSameAsPolicyWarning,
+    ScalarLLMJudgeVerifier,
+    TestsVerifier,
+    Verdict,
+    VerificationPipeline,
+    build_pipeline,
+    is_objective,
+    objective_pass,
+    verify_in_fresh_sandbox,
+    verify_stored_run,
+)
 from tests.rollouts.conftest import FIX_FACTORIAL
 from tests.rollouts.test_agent import ADD, FACTORIAL
 
@@ -44,6 +60,54 @@ def test_fork_verifies_each_branch_in_its_sandbox_and_stores_verdicts(tmp_path, 
         assert events[-1] == "verdict"
         workspace = json.loads(store.branches("r1", "fix-factorial")["workspace"][0])
         assert "return 1" in workspace["files"]["solution.py"] and workspace["deleted"] == []
+
+
+def test_objective_pass_counts_only_objective_verifiers():
+    right, wrong = Verdict.make(AnswerVerifier, "pass", 1.0), Verdict.make(AnswerVerifier, "fail", 0.0)
+    judged = Verdict.make(ScalarLLMJudgeVerifier, "fail", 0.2)
+    assert (AnswerVerifier.objective, TestsVerifier.objective, ScalarLLMJudgeVerifier.objective) == (True, True, False)
+    assert is_objective("answer") and not is_objective("judge")
+    assert is_objective("a-plugin-not-loaded-here")  # every verifier but an opinion is a check
+    assert objective_pass([right, judged]) is True and objective_pass([right, wrong, judged]) is False
+    assert objective_pass([judged]) is None and objective_pass([]) is None
+    # an opinion runs only when configured with its model: none by default
+    assert VerificationPipeline().verifier("judge") is None
+    assert isinstance(VerificationPipeline().verifier("answer"), AnswerVerifier)
+
+
+def test_build_pipeline_adds_the_judge_only_when_given_and_warns_when_it_is_the_policy(replay_file):
+    plain = build_pipeline("bwrap", SandboxLimits(timeout_s=300.0), hack_penalty=0.25)
+    assert set(plain.verifiers) == {"tests"}
+    tests = plain.verifiers["tests"]
+    assert (tests.penalty, tests.timeout_s, tests.reference_sandbox) == (0.25, 300.0, "bwrap")
+    assert build_pipeline("none").verifiers["tests"].timeout_s == 120.0  # at least two minutes per test run
+    judge = f"replay:{replay_file(ANSWERS)}"
+    with pytest.warns(JudgeSameAsPolicyWarning, match="also the policy"):
+        judged = build_pipeline("bwrap", policy_spec=judge, judge_spec=judge, judge_samples=5, judge_budget=7)
+    assert judged.verifiers["judge"].k == 5 and judged.verifiers["judge"].budget.max_judge_calls_per_batch == 7
+    asyncio.run(judged.aclose())
+
+
+def test_verify_in_fresh_sandbox_starts_one_only_when_needed_and_replays_first():
+    pipeline = VerificationPipeline()
+    # no verifier of ADD runs code and nothing is replayed: no sandbox starts (this backend does not exist)
+    verdicts = asyncio.run(verify_in_fresh_sandbox(pipeline, ADD, BranchOutput("Final: 42"), "no-such-backend"))
+    assert [(v.verifier, v.ok) for v in verdicts] == [("answer", True)]
+    seen = []
+
+    async def replay(sandbox):
+        seen.append((await sandbox.exec("cat solution.py")).stdout)
+        return BranchOutput("Final: 42")  # what the branch submitted replaces the given output
+
+    verdicts = asyncio.run(verify_in_fresh_sandbox(pipeline, ADD, BranchOutput("Final: 41"), "bwrap", replay=replay))
+    assert [(v.verifier, v.ok) for v in verdicts] == [("answer", True)] and seen == [""]
+    # the workspace is applied over the task's files: the stored fix passes the tests
+    fixed = {"files": {"solution.py": FACTORIAL.files["solution.py"].replace("return n\n", "return 1\n", 1)},
+             "deleted": []}
+    verdicts = asyncio.run(verify_in_fresh_sandbox(
+        VerificationPipeline({"tests": TestsVerifier(reference_sandbox="bwrap")}), FACTORIAL, BranchOutput(None),
+        "bwrap", fixed))
+    assert [(v.verifier, v.ok) for v in verdicts] == [("tests", True)]
 
 
 class AnswerV2(AnswerVerifier):

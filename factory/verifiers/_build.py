@@ -1,0 +1,45 @@
+"""The verification pipeline of a run: the objective verifiers, plus the LLM judge when a judge model is given."""
+
+from __future__ import annotations
+
+from factory.models import ModelOptions, ResilientModel, create_model
+from factory.sandbox import SandboxLimits
+from factory.verifiers._judge import JudgeBudget, ScalarLLMJudgeVerifier
+from factory.verifiers._pipeline import VerificationPipeline
+from factory.verifiers._tests import TestsVerifier
+
+__all__ = ["build_pipeline"]
+
+
+def build_pipeline(sandbox: str, limits: SandboxLimits | None = None, *, policy_spec: str | None = None,
+                   judge_spec: str | None = None, judge_samples: int = 3, judge_budget: int | None = None,
+                   base_url: str | None = None, hack_penalty: float = 0.4) -> VerificationPipeline:
+    """The pipeline ``factory fork`` and ``factory verify`` verify branches with.
+
+    The tests verifier gets the run's sandbox backend and limits (its
+    reference run of the untouched tests uses them too) and at least two
+    minutes per test run; every other objective verifier is made on demand
+    with its defaults. The judge is added only when ``judge_spec`` is given.
+
+    Args:
+        sandbox: The run's sandbox backend.
+        limits: The run's sandbox limits (default: :class:`SandboxLimits`'s).
+        policy_spec: The policy's model spec, so that a judge that is the policy is warned about.
+        judge_spec: The judge model's spec (None: no judge).
+        judge_samples: Judge samples per branch (median aggregated).
+        judge_budget: Cap on judge calls (None: no cap).
+        base_url: Server URL for the judge model.
+        hack_penalty: Subtracted from the tests score when tampering is detected.
+
+    Warns:
+        JudgeSameAsPolicyWarning: The judge is the policy model (callers show it to the user).
+    """
+    limits = limits or SandboxLimits()
+    verifiers = {"tests": TestsVerifier(penalty=hack_penalty, timeout_s=max(120.0, limits.timeout_s),
+                                        reference_sandbox=sandbox, limits=limits)}
+    if judge_spec:
+        judge = ResilientModel(create_model(judge_spec, ModelOptions(base_url=base_url)))
+        verifiers["judge"] = ScalarLLMJudgeVerifier(
+            judge, k=judge_samples, budget=JudgeBudget(judge_budget) if judge_budget is not None else None,
+            policy_spec=policy_spec)
+    return VerificationPipeline(verifiers)
