@@ -280,7 +280,6 @@ class TestsVerifier:
     version: ClassVar[str] = f"2+guard{GUARD_VERSION}"  # 2: process isolation by default, hidden tests
     needs_sandbox: ClassVar[bool] = True
     objective: ClassVar[bool] = True
-    objective: ClassVar[bool] = True
 
     def __init__(self, penalty: float = 0.4, timeout_s: float = 120.0, reference_sandbox: str | None = "bwrap",
                  limits: SandboxLimits | None = None):
