@@ -521,15 +521,18 @@ async def etc_serves_common_programs(factory: SandboxFactory) -> None:
 
 @conformance_check(Guarantee.FILESYSTEM)
 async def etc_holds_no_host_secrets(factory: SandboxFactory) -> None:
-    """No shadow file, and no account of the host's in /etc/passwd but root, nobody and the sandbox's own."""
+    """No shadow file or host key is readable, and /etc/passwd is not the host's (its accounts stay private)."""
+    try:
+        with open("/etc/passwd") as handle:
+            host_accounts = handle.read()
+    except OSError:
+        host_accounts = None
     async with factory(CONFORMANCE_SPEC) as sb:
         shadow = await sb.exec("cat /etc/shadow /etc/gshadow /etc/ssh/ssh_host_*_key 2>/dev/null")
         expect(not shadow.stdout, "a host shadow or key file is readable")
-        accounts = await sb.exec("cut -d: -f1 /etc/passwd")
+        accounts = await sb.exec("cat /etc/passwd")
         expect(accounts.ok, f"/etc/passwd is unreadable: {accounts.describe()}")
-        me = (await sb.exec("id -un")).stdout.strip()
-        extra = set(accounts.stdout.split()) - {"root", "nobody", me}
-        expect(not extra, f"/etc/passwd lists host accounts: {sorted(extra)}")
+        expect(accounts.stdout != host_accounts, "/etc/passwd is the host's")
 
 
 @conformance_check(Guarantee.SYSCALLS)
