@@ -41,6 +41,12 @@ Commands that are not pytest run as they are, in a fresh sandbox holding
 the final workspace with the tests (hidden ones too) restored, and are judged by exit code
 alone (``details.method = "exit_code"``).
 
+The behaviour monitor (:mod:`._monitor`) scans the final workspace and the
+trajectory for hack *attempts*, failed ones too; its verdict details are
+``hack_suspected`` with the evidence. Suspected alone does not fail a
+passing verdict (unless ``MonitorConfig.penalty`` is set); it keeps the
+branch off the chosen side of pairs and out of memory.
+
 In both pytest modes the workspace scan above still runs: a branch that
 changed the tests or planted a hook tried to cheat, whichever process then
 ran the tests.
@@ -70,6 +76,7 @@ from factory.sandbox import Sandbox, SandboxLimits, SandboxSpec, create_sandbox
 from factory.tasks import Task
 from factory.verifiers._base import Verdict, VerifyContext, register_verifier
 from factory.verifiers._isolation import run_isolated, solution_files
+from factory.verifiers._monitor import MonitorConfig, scan_solution
 from factory.verifiers._pytest_guard import GUARD_SOURCE, GUARD_VERSION
 
 __all__ = ["PytestReport", "TestsVerifier", "parse_junit_xml", "scan_workspace"]
@@ -274,6 +281,7 @@ class TestsVerifier:
         reference_sandbox: Backend for the reference run of the pristine task
             (None: no reference run; collection checks are then skipped).
         limits: Limits of the reference sandbox.
+        monitor: How the behaviour monitor's suspicions weigh (default: recorded, no penalty).
     """
 
     __test__ = False  # not a pytest test class, whatever its name
@@ -282,8 +290,9 @@ class TestsVerifier:
     objective: ClassVar[bool] = True
 
     def __init__(self, penalty: float = 0.4, timeout_s: float = 120.0, reference_sandbox: str | None = "bwrap",
-                 limits: SandboxLimits | None = None):
+                 limits: SandboxLimits | None = None, monitor: MonitorConfig | None = None):
         self.penalty = penalty
+        self.monitor = monitor or MonitorConfig()
         self.timeout_s = timeout_s
         self.reference_sandbox = reference_sandbox
         if limits is None:
@@ -344,7 +353,17 @@ class TestsVerifier:
         workspace = ctx.workspace
         if workspace is None:
             assert sandbox is not None
-            workspace = {path: await sandbox.read_file(path) for path in await sandbox.list_files(".")}
+            workspace = dict((await sandbox.collect_workspace()).files)
+        verdict = await self._verify(task, command, workspace)
+        report = scan_solution(task, workspace, ctx.branch.trajectory, self.monitor)
+        details = {**verdict.details, **report.to_details()}
+        if not report.suspected or not report.penalty:
+            return verdict.model_copy(update={"details": details})
+        # A configured penalty: a suspected branch is scored down and, like a detected hack, never passes.
+        return Verdict.make(self, "fail", verdict.score - report.penalty,
+                            **{**details, "monitor_penalty": report.penalty})
+
+    async def _verify(self, task: Task, command: str, workspace: Mapping[str, str | bytes]) -> Verdict:
         findings = scan_files(workspace, task)
         args = _pytest_args(command, task)
         if args is not None and task.test_isolation == "process":
