@@ -14,6 +14,7 @@ traceback only for exceptions outside this tree, which are bugs.
     │   ├── StoreLockedError          exit 3   another process holds the write lock
     │   ├── MigrationError            exit 1   unknown or failed schema migration
     │   └── QueryError                exit 2   a user's SQL failed (one clean line)
+    ├── RecordError                   exit 1   a stored record is not a shape this factory reads
     ├── SandboxError                  exit 1   a sandbox could not start or run
     │   ├── SandboxUnavailableError   exit 1   backend missing here (names the install command)
     │   └── SandboxPathError          exit 1   a path escapes the workspace (a tool error, not a crash)
@@ -48,6 +49,7 @@ __all__ = [
     "ProviderTimeoutError",
     "QueryError",
     "RateLimitError",
+    "RecordError",
     "ReplayMissError",
     "RunError",
     "SandboxError",
@@ -133,6 +135,13 @@ class QueryError(StoreError):
     """A user's SQL statement failed."""
 
     exit_code = 2
+
+
+class RecordError(FactoryError):
+    """A stored record (run manifest, event, workspace snapshot, export manifest...) cannot be read.
+
+    It is not JSON, not the record's shape, or was written by a newer factory.
+    """
 
 
 class SandboxError(FactoryError):

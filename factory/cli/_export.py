@@ -55,7 +55,7 @@ def _format_command(name: str) -> click.Command:
                                 top_confidence=top_confidence, dedupe=dedupe, sft_all_passing=all_passing)
         with Store.open(resolve_db(db), read_only=True) as store:
             result = do_export(store, name, _split_runs(run_id, runs), out, options, rolling=rolling)
-        manifest = result.manifest
+        manifest = result.manifest.document()  # as written to the manifest file
         if as_json:
             click.echo(dump_json({"path": str(result.path), "manifest_path": str(result.manifest_path),
                                   "card_path": str(result.card_path),
@@ -107,7 +107,7 @@ def _format_command(name: str) -> click.Command:
 
 
 def _print(result) -> None:
-    m = result.manifest
+    m = result.manifest.document()
     counts = m["counts"]
     click.echo(f"wrote {m['rows']} {m['format']} row(s) to {result.path} (for {m['trainer']})")
     for tag, path in result.extra_paths.items():

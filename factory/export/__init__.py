@@ -14,6 +14,7 @@ _LAZY = {
     **dict.fromkeys(("EXPORT_FORMATS", "ExportFormat", "ExportOptions", "ExportRows", "create_format",
                      "format_names", "kto_weights", "length_bias", "register_format", "render_text",
                      "tool_schemas_json"), "_formats"),
+    "ExportManifest": "_manifest",
     **dict.fromkeys(("PAIR_STRATEGIES", "PairOptions", "build_pairs"), "_pairs"),
     **dict.fromkeys(("ExportSource", "load_source"), "_source"),
 }
@@ -26,6 +27,7 @@ __all__ = [
     "PAIR_STRATEGIES",
     "SIDE_FILE_COLUMNS",
     "ExportFormat",
+    "ExportManifest",
     "ExportOptions",
     "ExportResult",
     "ExportRows",

@@ -15,9 +15,10 @@ from typing import Any
 
 import polars as pl
 
-from factory.errors import ConfigError
+from factory.errors import ConfigError, RecordError
 from factory.export._files import MANIFEST_SUFFIX, side_path, write_rows
 from factory.export._formats import ExportOptions, create_format
+from factory.export._manifest import ExportedRun, ExportManifest
 from factory.export._source import ExportSource, load_source
 from factory.provenance import content_hash, file_sha256, git_sha, package_version
 from factory.store import Store, utc_now
@@ -36,14 +37,14 @@ class ExportResult:
         manifest_path: ``FILE.manifest.json``.
         card_path: The folder's ``README.md``.
         extra_paths: Side files (the reward format's scalar file).
-        manifest: The manifest's content.
+        manifest: The manifest, as written to ``manifest_path``.
     """
 
     path: Path
     manifest_path: Path
     card_path: Path
     extra_paths: dict[str, Path]
-    manifest: dict[str, Any]
+    manifest: ExportManifest
 
 
 def judge_objective_agreement(branches: pl.DataFrame) -> dict[str, Any]:
@@ -68,10 +69,10 @@ def _sha256(path: Path) -> str:
     return "sha256:" + file_sha256(path)
 
 
-def _runs_section(source: ExportSource) -> list[dict[str, Any]]:
-    return [{"run_id": run_id, "dataset_hash": info["dataset_hash"], "config_hash": info["config_hash"],
-             "model": info["model"], "ranked_at_export": run_id in source.ranked_here,
-             "ranking": source.ranking_stats.get(run_id)}
+def _runs_section(source: ExportSource) -> list[ExportedRun]:
+    return [ExportedRun(run_id=run_id, dataset_hash=info["dataset_hash"], config_hash=info["config_hash"],
+                        model=info["model"], ranked_at_export=run_id in source.ranked_here,
+                        ranking=source.ranking_stats.get(run_id))
             for run_id, info in source.runs.items()]
 
 
@@ -113,42 +114,39 @@ def export(store: Store, format_name: str, run_ids: Sequence[str], out: str | Pa
     evidence = [stats.get("evidence", False) for stats in source.ranking_stats.values()]
     run_info = list(source.runs.values())
     options_dict = asdict(options)
-    manifest = {
-        "format": fmt.name,
-        "trainer": f"trl.{fmt.trainer}",
-        "file": out.name,
-        "file_sha256": _sha256(out),
-        "files": {tag: {"file": p.name, "sha256": _sha256(p)} for tag, p in extra_paths.items()},
-        "rows": built.rows.height,
-        "columns": built.rows.columns,
-        "conversational": options.conversational,
-        "strategy": options.pairs.strategy if fmt.name in ("dpo", "reward") else None,
-        "filters": {k: v for k, v in options_dict.items() if k != "conversational"} | {"rolling": rolling},
-        "options_hash": content_hash({"format": fmt.name, **options_dict, "rolling": rolling}),
-        "runs": _runs_section(source),
-        "run_ids": run_ids,
-        "dataset_hash": run_info[0]["dataset_hash"] if len({r["dataset_hash"] for r in run_info}) == 1 else None,
-        "dataset_hashes": sorted({r["dataset_hash"] for r in run_info if r["dataset_hash"]}),
-        "config_hash": run_info[0]["config_hash"] if len(run_info) == 1 else None,
-        "config_hashes": [r["config_hash"] for r in run_info],
-        "counts": {"branches": source.branches.height,
-                   "tasks": source.branches.select("run_id", "task_id").unique().height,
-                   **built.stats},
-        "length_bias": built.stats.get("length_bias"),
-        "judge_objective_agreement": judge_objective_agreement(source.branches),
+    manifest = ExportManifest(
+        format=fmt.name,
+        trainer=f"trl.{fmt.trainer}",
+        file=out.name,
+        file_sha256=_sha256(out),
+        files={tag: {"file": p.name, "sha256": _sha256(p)} for tag, p in extra_paths.items()},
+        rows=built.rows.height,
+        columns=built.rows.columns,
+        conversational=options.conversational,
+        filters={k: v for k, v in options_dict.items() if k != "conversational"} | {"rolling": rolling},
+        options_hash=content_hash({"format": fmt.name, **options_dict, "rolling": rolling}),
+        runs=_runs_section(source),
+        run_ids=run_ids,
+        dataset_hash=run_info[0]["dataset_hash"] if len({r["dataset_hash"] for r in run_info}) == 1 else None,
+        dataset_hashes=sorted({r["dataset_hash"] for r in run_info if r["dataset_hash"]}),
+        config_hash=run_info[0]["config_hash"] if len(run_info) == 1 else None,
+        config_hashes=[r["config_hash"] for r in run_info],
+        counts={"branches": source.branches.height,
+                "tasks": source.branches.select("run_id", "task_id").unique().height,
+                **built.stats},
+        length_bias=built.stats.get("length_bias"),
+        judge_objective_agreement=judge_objective_agreement(source.branches),
         # a ranking is evidence only when powered and significant (factory rank; DESIGN: statistics)
-        "powered": bool(powered) and all(powered),
-        "evidence": bool(evidence) and all(evidence),
-        "created_at": utc_now().isoformat() + "Z",
-        "factory_version": package_version(),
-        "git_sha": git_sha(Path(__file__).resolve().parent),
-    }
-    if fmt.name == "kto":
-        manifest["kto"] = {k: built.stats[k] for k in
-                           ("desirable", "undesirable", "desirable_share", "desirable_weight", "undesirable_weight")}
+        powered=bool(powered) and all(powered),
+        evidence=bool(evidence) and all(evidence),
+        created_at=utc_now().isoformat() + "Z",
+        factory_version=package_version(),
+        git_sha=git_sha(Path(__file__).resolve().parent),
+        **built.manifest,  # what the format sets itself: its pair strategy, KTO's class balance
+    )
     manifest_path = out.with_name(out.name + MANIFEST_SUFFIX)
     tmp = manifest_path.with_name(f".{manifest_path.name}.tmp")
-    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8")
+    tmp.write_text(json.dumps(manifest.document(), indent=2, sort_keys=False) + "\n", encoding="utf-8")
     tmp.replace(manifest_path)
     card_path = write_dataset_card(out.parent)
     return ExportResult(out, manifest_path, card_path, extra_paths, manifest)
@@ -160,20 +158,21 @@ def write_dataset_card(folder: Path) -> Path:
     A README.md that factory did not write is left alone; the card then goes
     to ``DATASET_CARD.md``.
     """
-    manifests = []
+    manifests: list[ExportManifest] = []
     for path in sorted(folder.glob(f"*{MANIFEST_SUFFIX}")):
         try:
-            manifests.append(json.loads(path.read_text(encoding="utf-8")))
-        except (OSError, json.JSONDecodeError):
+            manifests.append(ExportManifest.from_stored(path.read_text(encoding="utf-8")))
+        except (OSError, RecordError):  # not ours to describe
             continue
     card = folder / "README.md"
     if card.exists() and _CARD_MARK not in card.read_text(encoding="utf-8", errors="replace"):
         card = folder / "DATASET_CARD.md"
     configs, tags = [], {"factory", "rlaif", "trl"}
+    manifests = [m for m in manifests if m.file]  # a manifest naming no file describes nothing to load
     for m in manifests:
-        name = Path(m["file"]).stem.replace(".", "-")
-        configs.append(f"- config_name: {name}\n  data_files:\n  - split: train\n    path: {m['file']}")
-        tags.add(m["format"])
+        name = Path(m.file).stem.replace(".", "-")
+        configs.append(f"- config_name: {name}\n  data_files:\n  - split: train\n    path: {m.file}")
+        tags.add(m.format)
     lines = ["---", "configs:", *configs, "tags:", *[f"- {t}" for t in sorted(tags)],
              "task_categories:", "- text-generation", "---", _CARD_MARK, "", "# factory export", "",
              "Training data exported by `factory export` from verified, ranked agent rollouts. "
@@ -182,30 +181,29 @@ def write_dataset_card(folder: Path) -> Path:
              "(run, task, branch indexes, scores, verifier versions); each file's `.manifest.json` holds the rest.",
              ""]
     for m in manifests:
-        bias = m.get("length_bias") or {}
-        agreement = m.get("judge_objective_agreement") or {}
+        bias = m.length_bias or {}
+        agreement = m.judge_objective_agreement
         lines += [
-            f"## `{m['file']}`", "",
+            f"## `{m.file}`", "",
             "| | |", "|---|---|",
-            f"| format | {m['format']} ({'conversational' if m.get('conversational') else 'standard'}) |",
-            f"| trainer | `{m['trainer']}` |",
-            f"| rows | {m['rows']} |",
-            f"| strategy | {m.get('strategy') or '-'} |",
-            f"| runs | {', '.join(m.get('run_ids', []))} |",
-            f"| dataset hash | `{m.get('dataset_hash') or ', '.join(m.get('dataset_hashes', []))}` |",
-            f"| config hash | `{m.get('config_hash') or ', '.join(filter(None, m.get('config_hashes', [])))}` |",
+            f"| format | {m.format} ({'conversational' if m.conversational else 'standard'}) |",
+            f"| trainer | `{m.trainer}` |",
+            f"| rows | {m.rows} |",
+            f"| strategy | {m.strategy or '-'} |",
+            f"| runs | {', '.join(m.run_ids)} |",
+            f"| dataset hash | `{m.dataset_hash or ', '.join(m.dataset_hashes)}` |",
+            f"| config hash | `{m.config_hash or ', '.join(filter(None, m.config_hashes))}` |",
             f"| chosen longer / mean length ratio | {bias.get('chosen_longer_share', '-')} / "
             f"{bias.get('mean_length_ratio', '-')} |",
             f"| judge–objective agreement | {agreement.get('agreement', '-')} (AUC {agreement.get('auc', '-')}, "
             f"n {agreement.get('n', 0)}) |",
-            f"| ranking powered / evidence | {m.get('powered')} / {m.get('evidence')} |",
+            f"| ranking powered / evidence | {m.powered} / {m.evidence} |",
             "",
         ]
-        if m.get("kto"):
-            kto = m["kto"]
-            lines += [f"KTO class balance: {kto['desirable']} desirable, {kto['undesirable']} undesirable; "
-                      f"`desirable_weight={kto['desirable_weight']}`, "
-                      f"`undesirable_weight={kto['undesirable_weight']}`.", ""]
+        if m.kto is not None:
+            lines += [f"KTO class balance: {m.kto.desirable} desirable, {m.kto.undesirable} undesirable; "
+                      f"`desirable_weight={m.kto.desirable_weight}`, "
+                      f"`undesirable_weight={m.kto.undesirable_weight}`.", ""]
     tmp = card.with_name(f".{card.name}.tmp")
     tmp.write_text("\n".join(lines), encoding="utf-8")
     tmp.replace(card)

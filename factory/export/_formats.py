@@ -76,12 +76,15 @@ class ExportRows:
     Attributes:
         rows: The main file's rows.
         extra: Side files, by suffix (``scalar`` -> the reward format's scalar rows).
-        stats: Counts, length bias, class balance... merged into the manifest.
+        stats: Counts, length bias, class balance... merged into the manifest's ``counts``.
+        manifest: Fields of :class:`~factory.export.ExportManifest` this format sets itself
+            (the pair strategy, KTO's class balance), so the exporter need not know formats by name.
     """
 
     rows: pl.DataFrame
     extra: dict[str, pl.DataFrame] = field(default_factory=dict)
     stats: dict[str, Any] = field(default_factory=dict)
+    manifest: dict[str, Any] = field(default_factory=dict)
 
 
 class ExportFormat(Protocol):
@@ -249,7 +252,7 @@ class DPOFormat:
         if options.dedupe:
             rows = _dedupe(rows, ["prompt", "chosen", "rejected"], stats)
         stats["rows"] = rows.height
-        return ExportRows(rows, stats=stats)
+        return ExportRows(rows, stats=stats, manifest={"strategy": options.pairs.strategy})
 
 
 class RewardFormat(DPOFormat):
@@ -305,7 +308,9 @@ class KTOFormat:
         undesirable = rows.height - desirable
         stats.update(rows=rows.height, desirable=desirable, undesirable=undesirable,
                      desirable_share=round(desirable / rows.height, 4), **kto_weights(desirable, undesirable))
-        return ExportRows(rows, stats=stats)
+        balance = {key: stats[key] for key in
+                   ("desirable", "undesirable", "desirable_share", "desirable_weight", "undesirable_weight")}
+        return ExportRows(rows, stats=stats, manifest={"kto": balance})
 
 
 def kto_weights(desirable: int, undesirable: int) -> dict[str, float]:

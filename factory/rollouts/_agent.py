@@ -19,10 +19,18 @@ from datetime import datetime, timezone
 from typing import Any
 
 from factory.errors import FactoryError, ModelError, SandboxError
-from factory.sandbox import summarize_tool_output
-from factory.rollouts._tools import AGENT_TOOLS, execute_tool
 from factory.models import ChatModel, Message, Usage
-from factory.sandbox import Sandbox
+from factory.rollouts._tools import AGENT_TOOLS, execute_tool
+from factory.sandbox import Sandbox, summarize_tool_output
+from factory.store import (
+    BranchEvent,
+    ErrorEvent,
+    FinalAnswerEvent,
+    ModelCallEvent,
+    RunStartEvent,
+    ToolCallEvent,
+    ToolResultEvent,
+)
 from factory.tasks import Task
 
 __all__ = ["AgentConfig", "AgentResult", "BranchStatus", "ToolCallingAgent"]
@@ -77,7 +85,7 @@ class AgentResult:
         final_answer: The submitted (or replied) answer, if any.
         messages: The whole conversation (the trajectory).
         tool_call_sequence: Tool calls with their summarized results.
-        events: Timestamped steps.
+        events: Timestamped steps, typed by kind.
         usage: Tokens and cost summed over the branch.
         error: Why the branch failed, for status ``error``.
     """
@@ -86,20 +94,19 @@ class AgentResult:
     final_answer: str | None
     messages: list[Message]
     tool_call_sequence: list[dict[str, Any]]
-    events: list[dict[str, Any]]
+    events: list[BranchEvent]
     usage: Usage
     error: str | None = None
 
 
 @dataclass
 class _Recorder:
-    events: list[dict[str, Any]] = field(default_factory=list)
+    events: list[BranchEvent] = field(default_factory=list)
 
-    def add(self, kind: str, **payload: Any) -> None:
-        self.events.append({
-            "seq": len(self.events), "ts": datetime.now(timezone.utc).replace(tzinfo=None),
-            "kind": kind, "payload": payload,
-        })
+    def add(self, event_type: type[BranchEvent], **fields: Any) -> None:
+        """Append an event of ``event_type``, numbered and timestamped here (fields are validated)."""
+        self.events.append(event_type(seq=len(self.events), ts=datetime.now(timezone.utc).replace(tzinfo=None),
+                                      **fields))
 
 
 def answer_only(task: Task) -> bool:
@@ -150,7 +157,7 @@ class ToolCallingAgent:
         recorder = _Recorder()
         messages = self.opening(task, primer)
         single = self.single_turn(task)
-        recorder.add("run_start", task_id=task.id, model=self.model.spec, temperature=temperature, seed=seed,
+        recorder.add(RunStartEvent, task_id=task.id, model=self.model.spec, temperature=temperature, seed=seed,
                      mode="single-turn" if single else "tools", max_turns=self.config.max_turns,
                      primer=primer, system_prompt=messages[0]["content"])
         sequence: list[dict[str, Any]] = []
@@ -162,7 +169,7 @@ class ToolCallingAgent:
                 response = await self.model.chat(messages, tools, temperature=temperature, seed=seed,
                                                  max_tokens=self.config.max_tokens)
                 usage = usage + response.usage
-                recorder.add("model_call", turn=turn, latency_s=round(time.monotonic() - started, 4),
+                recorder.add(ModelCallEvent, turn=turn, latency_s=round(time.monotonic() - started, 4),
                              input_tokens=response.usage.input_tokens, output_tokens=response.usage.output_tokens,
                              finish_reason=response.finish_reason, text=response.text,
                              tool_calls=[c.name for c in response.tool_calls])
@@ -171,26 +178,26 @@ class ToolCallingAgent:
                     assistant["tool_calls"] = [call.as_message_part() for call in response.tool_calls]
                 messages.append(assistant)
                 if not response.tool_calls:
-                    recorder.add("final_answer", answer=response.text, via="reply")
+                    recorder.add(FinalAnswerEvent, answer=response.text, via="reply")
                     return AgentResult(BranchStatus.OK, response.text, messages, sequence, recorder.events, usage)
                 for call in response.tool_calls:
                     if sandbox is None:
                         raise SandboxError("tool call in a branch without a sandbox")
-                    recorder.add("tool_call", id=call.id, name=call.name, arguments=call.arguments, error=call.error)
+                    recorder.add(ToolCallEvent, id=call.id, name=call.name, arguments=call.arguments, error=call.error)
                     outcome = await execute_tool(call, sandbox, self.config.tool_timeout_s)
                     summary = summarize_tool_output(outcome.output, max_bytes=self.config.summary_bytes)
-                    recorder.add("tool_result", id=call.id, name=call.name, ok=outcome.ok, output=summary)
+                    recorder.add(ToolResultEvent, id=call.id, name=call.name, ok=outcome.ok, output=summary)
                     sequence.append({"name": call.name, "arguments": call.arguments, "ok": outcome.ok,
                                      "result": summary})
                     messages.append({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": summary})
                     if outcome.submitted is not None:
-                        recorder.add("final_answer", answer=outcome.submitted, via="submit")
+                        recorder.add(FinalAnswerEvent, answer=outcome.submitted, via="submit")
                         return AgentResult(BranchStatus.OK, outcome.submitted, messages, sequence,
                                            recorder.events, usage)
-            recorder.add("error", type="max_turns", message=f"no answer after {self.config.max_turns} turns")
+            recorder.add(ErrorEvent, type="max_turns", message=f"no answer after {self.config.max_turns} turns")
             return AgentResult(BranchStatus.MAX_TURNS, None, messages, sequence, recorder.events, usage,
                                error=f"no answer after {self.config.max_turns} turns")
         except (ModelError, SandboxError, FactoryError) as exc:
-            recorder.add("error", type=type(exc).__name__, message=str(exc))
+            recorder.add(ErrorEvent, type=type(exc).__name__, message=str(exc))
             return AgentResult(BranchStatus.ERROR, None, messages, sequence, recorder.events, usage,
                                error=f"{type(exc).__name__}: {exc}")

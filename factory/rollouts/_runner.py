@@ -29,13 +29,12 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from factory.errors import ConfigError, RunError
+from factory.models import ChatModel, Usage
 from factory.provenance import content_hash, git_sha, package_version
 from factory.rollouts._agent import AgentConfig, AgentResult, BranchStatus, ToolCallingAgent
-from factory.models import ChatModel, Usage
 from factory.sandbox import SandboxLimits, SandboxSpec, create_sandbox, snapshot_workspace
-from factory.store import Store, utc_now
+from factory.store import BranchEvent, BranchRecord, ErrorEvent, RunManifest, Store, WorkspaceSnapshot, utc_now
 from factory.tasks import Task, dataset_hash
-
 from factory.verifiers import BranchOutput, VerificationPipeline, objective_pass, verdict_events
 
 __all__ = [
@@ -133,14 +132,22 @@ class ForkConfig:
         return branch_sampling(self.branches, self.temperatures, self.seeds, self.base_seed)
 
     @classmethod
-    def from_manifest(cls, manifest: str | dict[str, Any], concurrency: int) -> ForkConfig:
-        """The config a stored run was made with (for resuming it exactly); concurrency is free to change."""
-        data = json.loads(manifest) if isinstance(manifest, str) else manifest
+    def from_manifest(cls, manifest: RunManifest | str | dict[str, Any], concurrency: int) -> ForkConfig:
+        """The config a stored run was made with (for resuming it exactly); concurrency is free to change.
+
+        Args:
+            manifest: The run's manifest, or its stored JSON (older shapes are upgraded).
+            concurrency: Branches running at once in the resumed run.
+
+        Raises:
+            RecordError: The stored manifest is not one this factory reads.
+        """
+        data = manifest if isinstance(manifest, RunManifest) else RunManifest.from_stored(manifest)
         return cls(
-            branches=int(data["branches"]), concurrency=concurrency,
-            temperatures=tuple(data["sampling"]["temperatures"]), seeds=tuple(data["sampling"]["seeds"]),
-            sandbox=data["sandbox"], limits=SandboxLimits(**data["limits"]), agent=AgentConfig(**data["agent"]),
-            memory_k=int((data.get("memory") or {}).get("k", 0)),
+            branches=data.branches, concurrency=concurrency,
+            temperatures=tuple(data.sampling.temperatures), seeds=tuple(data.sampling.seeds),
+            sandbox=data.sandbox, limits=SandboxLimits(**data.limits), agent=AgentConfig(**data.agent),
+            memory_k=data.memory.k if data.memory is not None else 0,
         )
 
 
@@ -174,9 +181,10 @@ class StoredRun:
         run = store.run(run_id)
         if run is None:
             raise ConfigError(f"no run {run_id} in {store.path}")
-        manifest = json.loads(run["config"]) if isinstance(run["config"], str) else run["config"]
+        manifest = RunManifest.from_stored(run["config"])
         return cls(run_id, ForkConfig.from_manifest(manifest, concurrency=concurrency), run["model"],
-                   _stored_tasks(store, run_id), dict(manifest.get("memory") or {}))
+                   _stored_tasks(store, run_id),
+                   manifest.memory.model_dump() if manifest.memory is not None else {})
 
 
 @dataclass
@@ -199,8 +207,8 @@ class BranchResult:
     started_at: datetime
     finished_at: datetime
     error: str | None
-    events: list[dict[str, Any]]
-    workspace: dict[str, Any] | None = None
+    events: list[BranchEvent]
+    workspace: WorkspaceSnapshot | None = None
     verdicts: list[Any] = field(default_factory=list)
 
     @property
@@ -208,26 +216,30 @@ class BranchResult:
         """Every objective verdict passed (None: not verified objectively)."""
         return objective_pass(self.verdicts)
 
+    def record(self) -> BranchRecord:
+        """The branch as its stored record."""
+        return BranchRecord(
+            run_id=self.run_id, task_id=self.task_id, branch_index=self.branch_index,
+            rollout_id=self.rollout_id, session_id=self.session_id,
+            temperature=self.temperature, seed=self.seed,
+            model=self.model, status=self.status, final_answer=self.final_answer,
+            trajectory=self.trajectory, tool_call_sequence=self.tool_call_sequence,
+            usage={"input_tokens": self.usage.input_tokens, "output_tokens": self.usage.output_tokens,
+                   "cost_usd": self.usage.cost_usd},
+            input_tokens=self.usage.input_tokens,
+            output_tokens=self.usage.output_tokens, cost_usd=self.usage.cost_usd,
+            started_at=self.started_at, finished_at=self.finished_at, error=self.error,
+            workspace=self.workspace,
+        )
+
     def branch_row(self) -> dict[str, Any]:
         """The ``branches`` table row."""
-        return {
-            "run_id": self.run_id, "task_id": self.task_id, "branch_index": self.branch_index,
-            "rollout_id": self.rollout_id, "session_id": self.session_id,
-            "temperature": self.temperature, "seed": self.seed,
-            "model": self.model, "status": self.status, "final_answer": self.final_answer,
-            "trajectory": self.trajectory, "tool_call_sequence": self.tool_call_sequence,
-            "usage": {"input_tokens": self.usage.input_tokens, "output_tokens": self.usage.output_tokens,
-                      "cost_usd": self.usage.cost_usd},
-            "input_tokens": self.usage.input_tokens,
-            "output_tokens": self.usage.output_tokens, "cost_usd": self.usage.cost_usd,
-            "started_at": self.started_at, "finished_at": self.finished_at, "error": self.error,
-            "workspace": self.workspace,
-        }
+        return self.record().row()
 
     def event_rows(self) -> list[dict[str, Any]]:
         """The ``events`` table rows."""
         key = {"run_id": self.run_id, "task_id": self.task_id, "branch_index": self.branch_index}
-        return [{**key, **event} for event in self.events]
+        return [{**key, **event.row()} for event in self.events]
 
 
 def _output(result: AgentResult) -> BranchOutput:
@@ -270,40 +282,42 @@ class RolloutForkRunner:
 
     # ----------------------------------------------------------- manifest
 
-    def manifest(self, tasks: Sequence[Task], task_file: str | None) -> dict[str, Any]:
+    def manifest(self, tasks: Sequence[Task], task_file: str | None) -> RunManifest:
         """Everything the run's results depend on."""
         temperatures, seeds = self.config.sampling()
-        return {
-            "dataset_hash": dataset_hash(tasks),
-            "task_file": task_file,
-            "n_tasks": len(tasks),
-            "model": self.model.spec,
-            "branches": self.config.branches,
-            "sampling": {"temperatures": temperatures, "seeds": seeds, "max_tokens": self.config.agent.max_tokens},
-            "agent": asdict(self.config.agent),
-            "sandbox": self.config.sandbox,
-            "limits": asdict(self.config.limits),
-            "memory": None if self.memory is None or not self.config.memory_k else {
+        return RunManifest(
+            dataset_hash=dataset_hash(tasks),
+            task_file=task_file,
+            n_tasks=len(tasks),
+            model=self.model.spec,
+            branches=self.config.branches,
+            sampling={"temperatures": temperatures, "seeds": seeds, "max_tokens": self.config.agent.max_tokens},
+            agent=asdict(self.config.agent),
+            sandbox=self.config.sandbox,
+            limits=asdict(self.config.limits),
+            memory=None if self.memory is None or not self.config.memory_k else {
                 "k": self.config.memory_k, **self.memory.describe()},
-            "package_version": package_version(),
-            "git_sha": git_sha(Path(__file__).resolve().parent),
-            "python": platform.python_version(),
-            "platform": sys.platform,
-        }
+            package_version=package_version(),
+            git_sha=git_sha(Path(__file__).resolve().parent),
+            python=platform.python_version(),
+            platform=sys.platform,
+        )
 
     @staticmethod
-    def config_hash(manifest: dict[str, Any]) -> str:
+    def config_hash(manifest: RunManifest | dict[str, Any]) -> str:
         """Hash of the result-determining part of a manifest (not versions or paths)."""
-        keys = ("dataset_hash", "model", "branches", "sampling", "agent", "sandbox", "limits", "memory")
-        return content_hash({key: manifest.get(key) for key in keys})
+        if not isinstance(manifest, RunManifest):
+            manifest = RunManifest.from_stored(manifest)
+        return manifest.config_hash()
 
     def _start_run(self, tasks: Sequence[Task], task_file: str | None) -> None:
         manifest = self.manifest(tasks, task_file)
         self.store.write_run({
             "run_id": self.run_id, "created_at": utc_now(), "status": "running", "task_file": task_file,
-            "dataset_hash": manifest["dataset_hash"], "config_hash": self.config_hash(manifest),
+            "dataset_hash": manifest.dataset_hash, "config_hash": manifest.config_hash(),
             "model": self.model.spec, "sandbox": self.config.sandbox, "n_branches": self.config.branches,
-            "package_version": manifest["package_version"], "git_sha": manifest["git_sha"], "config": manifest,
+            "package_version": manifest.package_version, "git_sha": manifest.git_sha,
+            "config": manifest.model_dump(mode="json"),
         })
         self.store.write_tasks([
             {"run_id": self.run_id, "task_id": t.id, "task_hash": t.task_hash(), "prompt": t.prompt,
@@ -338,7 +352,7 @@ class RolloutForkRunner:
         session_id = f"{rollout_id}-b{index}-{uuid.uuid4().hex[:12]}"
         started = utc_now()
         spec = SandboxSpec(files=task.files, readonly_files=task.tests, limits=self.config.limits)
-        workspace: dict[str, Any] | None = None
+        workspace: WorkspaceSnapshot | None = None
         verdicts: list[Any] = []
         needs_sandbox = not self.agent.single_turn(task) or (
             self.pipeline is not None and self.pipeline.needs_sandbox(task))
@@ -357,8 +371,7 @@ class RolloutForkRunner:
                         verdicts = await self.pipeline.verify(task, _output(result), sandbox)
         except Exception as exc:  # a sandbox that fails to start or close, or a bug: recorded, never lost
             result = AgentResult(BranchStatus.ERROR, None, self.agent.opening(task), [], [
-                {"seq": 0, "ts": utc_now(), "kind": "error",
-                 "payload": {"type": type(exc).__name__, "message": str(exc)}}], Usage(),
+                ErrorEvent(seq=0, ts=utc_now(), type=type(exc).__name__, message=str(exc))], Usage(),
                 error=f"{type(exc).__name__}: {exc}")
             verdicts = []
         if verdicts:

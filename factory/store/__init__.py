@@ -1,13 +1,47 @@
 """DuckDB store: schema, migrations, idempotent writes, Polars reads, and every SQL statement the stages run."""
 
 from factory.store._migrations import MIGRATIONS, Migration, applied_migrations, migrate
+from factory.store._records import (
+    BranchEvent,
+    BranchRecord,
+    ErrorEvent,
+    Event,
+    FinalAnswerEvent,
+    JudgeCallEvent,
+    JudgeSample,
+    ModelCallEvent,
+    PairwiseCall,
+    RunManifest,
+    RunStartEvent,
+    ToolCallEvent,
+    ToolResultEvent,
+    VerdictEvent,
+    WorkspaceSnapshot,
+    parse_event,
+)
 from factory.store._store import Store, utc_now
 
 __all__ = [
     "MIGRATIONS",
+    "BranchEvent",
+    "BranchRecord",
+    "ErrorEvent",
+    "Event",
+    "FinalAnswerEvent",
+    "JudgeCallEvent",
+    "JudgeSample",
     "Migration",
+    "ModelCallEvent",
+    "PairwiseCall",
+    "RunManifest",
+    "RunStartEvent",
     "Store",
+    "ToolCallEvent",
+    "ToolResultEvent",
+    "VerdictEvent",
+    "WorkspaceSnapshot",
     "applied_migrations",
     "migrate",
+    "parse_event",
     "utc_now",
 ]

@@ -13,11 +13,14 @@ import json
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from factory.errors import ConfigError
+from factory.errors import ConfigError, RecordError
 from factory.export import MANIFEST_SUFFIX, file_kind, validate_file
 from factory.provenance import file_sha256
+
+if TYPE_CHECKING:  # read on use: importing the trainers imports no pydantic
+    from factory.export import ExportManifest
 
 __all__ = ["TrainingData", "load_training_data"]
 
@@ -37,24 +40,24 @@ class TrainingData:
     path: Path
     format: str
     dataset: Any
-    manifest: dict[str, Any] | None
+    manifest: ExportManifest | None
     file_sha256: str
     warnings: list[str] = field(default_factory=list)
 
     def provenance(self) -> dict[str, Any]:
         """What a model trained on these rows depends on, for the training result."""
-        manifest = self.manifest or {}
+        manifest = self.manifest.model_dump(mode="json") if self.manifest is not None else {}
         return {
             "file": str(self.path), "format": self.format, "file_sha256": self.file_sha256,
             "rows": len(self.dataset),
             "dataset_hash": manifest.get("dataset_hash"), "dataset_hashes": manifest.get("dataset_hashes"),
             "run_ids": manifest.get("run_ids"), "options_hash": manifest.get("options_hash"),
             "config_hashes": manifest.get("config_hashes"), "export_powered": manifest.get("powered"),
-            "export_evidence": manifest.get("evidence"), "manifest": bool(self.manifest),
+            "export_evidence": manifest.get("evidence"), "manifest": self.manifest is not None,
         }
 
 
-def _manifest_for(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+def _manifest_for(path: Path) -> tuple[ExportManifest | None, str | None]:
     """The manifest beside ``path``, and the side-file tag when ``path`` is a side file (``scalar``)."""
     own = path.with_name(path.name + MANIFEST_SUFFIX)
     if own.is_file():
@@ -65,19 +68,29 @@ def _manifest_for(path: Path) -> tuple[dict[str, Any] | None, str | None]:
         main = path.with_name(f"{stem}{path.suffix}{MANIFEST_SUFFIX}")
         if main.is_file():
             manifest = _read_manifest(main)
-            if (manifest.get("files") or {}).get(tag, {}).get("file") == path.name:
+            side = manifest.files.get(tag)
+            if side is not None and side.file == path.name:
                 return manifest, tag
     return None, None
 
 
-def _read_manifest(path: Path) -> dict[str, Any]:
+def _read_manifest(path: Path) -> ExportManifest:
+    from factory.export import ExportManifest
+
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
         raise ConfigError(f"{path}: cannot read the export manifest: {exc}") from exc
-    if not isinstance(manifest, dict) or "format" not in manifest:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: cannot read the export manifest: {exc}") from exc
+    if not isinstance(data, dict) or "format" not in data:
         raise ConfigError(f"{path}: field 'format': missing; not an export manifest")
-    return manifest
+    try:
+        return ExportManifest.from_stored(data)
+    except RecordError as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
 
 
 def load_training_data(path: str | Path, expected: str | tuple[str, ...]) -> TrainingData:
@@ -99,11 +112,11 @@ def load_training_data(path: str | Path, expected: str | tuple[str, ...]) -> Tra
     manifest, tag = _manifest_for(path)
     warnings: list[str] = []
     if manifest is not None:
-        fmt = f"{manifest['format']}-{tag}" if tag else manifest["format"]
+        fmt = f"{manifest.format}-{tag}" if tag else manifest.format
         if fmt not in expected:
             raise ConfigError(f"{path}: field 'format': the manifest says {fmt!r}, this trainer reads "
                               f"{' or '.join(repr(e) for e in expected)}")
-        recorded = manifest.get("file_sha256") if tag is None else manifest["files"][tag].get("sha256")
+        recorded = manifest.file_sha256 if tag is None else manifest.files[tag].sha256
     else:
         fmt, recorded = expected[0], None
         warnings.append(f"{path}: no export manifest beside it; provenance (dataset hash, runs) is not recorded")
@@ -112,7 +125,7 @@ def load_training_data(path: str | Path, expected: str | tuple[str, ...]) -> Tra
     if recorded and recorded != digest:
         warnings.append(f"{path}: changed since it was exported ({digest[:19]}... here, {recorded[:19]}... in the "
                         "manifest)")
-    if manifest is not None and not manifest.get("powered", True):
+    if manifest is not None and manifest.powered is False:
         warnings.append(f"{path}: the ranking behind this export is not powered (see the manifest's runs)")
     import datasets
 

@@ -43,9 +43,10 @@ def kto_class_weights(data: TrainingData) -> tuple[dict[str, float], str]:
     """KTO's class weights for ``data``, and where they came from (``manifest`` or ``labels``)."""
     from factory.export import kto_weights
 
-    recorded = (data.manifest or {}).get("kto")
-    if recorded:
-        return {k: float(recorded[k]) for k in ("desirable_weight", "undesirable_weight")}, "manifest"
+    recorded = data.manifest.kto if data.manifest is not None else None
+    if recorded is not None:
+        return {"desirable_weight": recorded.desirable_weight,
+                "undesirable_weight": recorded.undesirable_weight}, "manifest"
     labels = data.dataset["label"]
     desirable = sum(bool(label) for label in labels)
     computed = kto_weights(desirable, len(labels) - desirable)

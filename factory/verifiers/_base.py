@@ -11,15 +11,19 @@ Statuses: ``pass``, ``fail``, ``error``, ``running``, ``unknown``,
 
 from __future__ import annotations
 
+import json
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Literal, Protocol, get_args, runtime_checkable
 
+from pydantic import Field, model_validator
+
+from factory.records import Record
 from factory.registry import Registry
 from factory.sandbox import Sandbox
+from factory.store import JudgeSample
 from factory.tasks import Task
-
 
 __all__ = [
     "STATUSES",
@@ -36,12 +40,21 @@ __all__ = [
     "verifier_names",
 ]
 
-STATUSES = ("pass", "fail", "error", "running", "unknown", "budget_exhausted")
+#: What a verifier may conclude; only ``pass`` is a pass.
+VerdictStatus = Literal["pass", "fail", "error", "running", "unknown", "budget_exhausted"]
+#: The statuses of :data:`VerdictStatus`, in order.
+STATUSES: tuple[str, ...] = get_args(VerdictStatus)
 
 
-@dataclass(frozen=True)
-class Verdict:
-    """The outcome of one verifier on one branch.
+class Verdict(Record):
+    """The outcome of one verifier on one branch: a typed record, stored as a ``verdicts`` row.
+
+    The verdict itself is the record, not a dataclass beside a second model
+    for persistence: what a verifier returns is what is stored and read back
+    (:meth:`from_row`), so there is one shape to keep versioned. Its fields
+    are the ``verdicts`` table's columns, whose shape the store's migration
+    ledger versions, so ``schema_version`` is not a column; ``details`` is
+    the verifier's own JSON, which its ``version`` accounts for.
 
     Attributes:
         ok: True exactly when ``status == "pass"``.
@@ -50,31 +63,44 @@ class Verdict:
         details: Why, as JSON data (codes, counts, evidence).
         verifier: The verifier's name.
         version: The verifier's version.
+
+    Raises:
+        ValueError: (pydantic's ``ValidationError``) An unknown status, or ``ok`` not following it.
     """
 
+    schema_version: Literal[1] = Field(default=1, exclude=True)
     ok: bool
     score: float
-    status: str
+    status: VerdictStatus
     details: dict[str, Any]
     verifier: str
     version: str
 
-    def __post_init__(self) -> None:
-        if self.status not in STATUSES:
-            raise ValueError(f"unknown verdict status {self.status!r}")
+    @model_validator(mode="after")
+    def _ok_follows_status(self) -> Verdict:
         if self.ok != (self.status == "pass"):
             raise ValueError("ok must be true exactly when status is 'pass'")
+        return self
 
     @classmethod
     def make(cls, verifier: Verifier, status: str, score: float, **details: Any) -> Verdict:
         """A verdict from ``verifier`` (``ok`` follows ``status``; score clamped to [0, 1])."""
-        return cls(status == "pass", min(1.0, max(0.0, float(score))), status, details,
-                   verifier.name, verifier.version)
+        return cls(ok=status == "pass", score=min(1.0, max(0.0, float(score))), status=status, details=details,
+                   verifier=verifier.name, version=verifier.version)
 
     @property
     def hack_detected(self) -> bool:
         """Whether the verifier caught tampering."""
         return bool(self.details.get("hack_detected"))
+
+    @property
+    def judge_samples(self) -> list[JudgeSample]:
+        """The judge samples the verdict carries (``details["samples"]``; none for other verifiers), typed.
+
+        Raises:
+            RecordError: A sample that is not a judge sample.
+        """
+        return [JudgeSample.from_stored(sample) for sample in self.details.get("samples") or ()]
 
     def row(self, run_id: str, task_id: str, branch_index: int) -> dict[str, Any]:
         """The ``verdicts`` table row."""
@@ -83,6 +109,19 @@ class Verdict:
         return {"run_id": run_id, "task_id": task_id, "branch_index": branch_index, "verifier": self.verifier,
                 "version": self.version, "ok": self.ok, "score": self.score, "status": self.status,
                 "details": self.details, "created_at": utc_now()}
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Verdict:
+        """A stored ``verdicts`` row (``details`` as JSON text, as the store returns it).
+
+        Raises:
+            RecordError: A row that is not a verdict.
+        """
+        details = row.get("details")
+        return cls.from_stored({
+            "ok": row.get("ok"), "score": row.get("score"), "status": row.get("status"),
+            "details": (json.loads(details) if isinstance(details, str) else details) or {},
+            "verifier": row.get("verifier"), "version": row.get("version"), "schema_version": 1})
 
 
 @dataclass(frozen=True)
@@ -194,12 +233,13 @@ async def run_verifier(verifier: Verifier, ctx: VerifyContext) -> Verdict:
     try:
         verdict = await verifier(ctx)
     except Exception as exc:  # totality: a verifier bug is a verdict, never a crash of the run
-        return Verdict(False, 0.0, "error", {
+        return Verdict(ok=False, score=0.0, status="error", details={
             "code": "verifier_crashed", "exception": f"{type(exc).__name__}: {exc}",
-            "traceback": traceback.format_exc(limit=5)}, verifier.name, verifier.version)
+            "traceback": traceback.format_exc(limit=5)}, verifier=verifier.name, version=verifier.version)
     if not isinstance(verdict, Verdict):
-        return Verdict(False, 0.0, "error", {"code": "not_a_verdict", "returned": repr(verdict)[:200]},
-                       verifier.name, verifier.version)
+        return Verdict(ok=False, score=0.0, status="error",
+                       details={"code": "not_a_verdict", "returned": repr(verdict)[:200]},
+                       verifier=verifier.name, version=verifier.version)
     return verdict
 
 

@@ -33,6 +33,7 @@ from typing import Any, ClassVar
 
 from factory.errors import ConfigError, ModelError
 from factory.models import ChatModel, Message
+from factory.store import JudgeSample, PairwiseCall
 from factory.tasks import Task
 from factory.verifiers._base import BranchOutput, Criterion, Verdict, VerifyContext, register_verifier
 
@@ -110,17 +111,16 @@ class PairwiseJudgment:
             disagree or either call gave no valid answer.
         swap_consistent: True exactly when both orders gave a valid answer and
             the same preference once mapped back.
-        calls: The two calls (AB first, then BA), each a sample record (see
-            :class:`ScalarLLMJudgeVerifier`) plus ``swapped`` and
-            ``preference`` (mapped back to ``a``/``b``/``tie``, None when the
-            call gave no valid answer).
+        calls: The two calls (AB first, then BA), each a judge sample plus
+            ``swapped`` and ``preference`` (mapped back to ``a``/``b``/``tie``,
+            None when the call gave no valid answer).
         status: ``ok`` when both calls answered validly, ``error`` when either
             failed, else ``budget_exhausted``.
     """
 
     preference: str
     swap_consistent: bool
-    calls: list[dict[str, Any]] = field(default_factory=list)
+    calls: list[PairwiseCall] = field(default_factory=list)
     status: str = "ok"
 
 
@@ -269,8 +269,8 @@ def _rubric_of(criterion: Criterion, task: Task) -> str | None:
 # ---------------------------------------------------------------------- aggregation
 
 
-def _aggregate(samples: Sequence[dict[str, Any]], k: int, pass_threshold: float) -> dict[str, Any]:
-    """Reduce sample records to a verdict status, score and summary.
+def _aggregate(samples: Sequence[JudgeSample], k: int, pass_threshold: float) -> dict[str, Any]:
+    """Reduce judge samples to a verdict status, score and summary.
 
     ``valid_samples`` counts samples with a real parsed score. The median runs
     over those plus the neutral ``budget_exhausted`` samples, so a budget cut
@@ -281,9 +281,9 @@ def _aggregate(samples: Sequence[dict[str, Any]], k: int, pass_threshold: float)
     evidence either way, so the status is ``error`` (or ``budget_exhausted``
     when the budget, not a failure, cut the samples).
     """
-    real = [s["score"] for s in samples if s["status"] == "ok"]
-    neutral = [s["score"] for s in samples if s["status"] == "budget_exhausted"]
-    errors = sum(1 for s in samples if s["status"] == "error")
+    real = [s.score for s in samples if s.status == "ok" and s.score is not None]
+    neutral = [s.score for s in samples if s.status == "budget_exhausted" and s.score is not None]
+    errors = sum(1 for s in samples if s.status == "error")
     scored = real + neutral
     median = float(statistics.median(scored)) if scored else None
     spread = float(max(real) - min(real)) if real else None
@@ -377,39 +377,38 @@ class ScalarLLMJudgeVerifier:
     # -- one call
 
     def _record(self, index: int, score: float | None, status: str, reason: str, raw: str,
-                latency_s: float) -> dict[str, Any]:
-        return {"sample_index": index, "score": score, "status": status, "reason": reason[:_RAW_LIMIT],
-                "raw": raw[:_RAW_LIMIT], "model": self.model.spec, "prompt_version": PROMPT_VERSION,
-                "latency_s": round(latency_s, 4)}
+                latency_s: float) -> JudgeSample:
+        return JudgeSample(sample_index=index, score=score, status=status, reason=reason[:_RAW_LIMIT],
+                           raw=raw[:_RAW_LIMIT], model=self.model.spec, prompt_version=PROMPT_VERSION,
+                           latency_s=round(latency_s, 4))
 
-    async def _ask(self, messages: list[Message], seed: int, kind: str, index: int) -> dict[str, Any]:
-        """One judge call as a record; ``parsed`` holds the validated answer (popped by the caller)."""
+    async def _ask(self, messages: list[Message], seed: int, kind: str, index: int
+                   ) -> tuple[JudgeSample, dict[str, Any] | None]:
+        """One judge call: its sample, and the validated answer (None when there is none)."""
         started = time.perf_counter()
         try:
             response = await self.model.chat(messages, temperature=self.temperature, seed=seed,
                                              max_tokens=self.max_tokens)
         except ModelError as exc:
-            return {**self._record(index, None, "error", f"model error: {type(exc).__name__}: {exc}", "",
-                                   time.perf_counter() - started), "parsed": None}
+            return self._record(index, None, "error", f"model error: {type(exc).__name__}: {exc}", "",
+                                time.perf_counter() - started), None
         except Exception as exc:  # totality: a provider bug fails this sample, not the whole verification
-            return {**self._record(index, None, "error", f"judge call crashed: {type(exc).__name__}: {exc}", "",
-                                   time.perf_counter() - started), "parsed": None}
+            return self._record(index, None, "error", f"judge call crashed: {type(exc).__name__}: {exc}", "",
+                                time.perf_counter() - started), None
         latency = time.perf_counter() - started
         parsed, problem = parse_judge_json(response.text, kind)
         if parsed is None:
-            return {**self._record(index, None, "error", f"unparseable reply: {problem}", response.text, latency),
-                    "parsed": None}
+            return self._record(index, None, "error", f"unparseable reply: {problem}", response.text, latency), None
         score = parsed.get("score")
-        return {**self._record(index, score, "ok", parsed["reason"], response.text, latency), "parsed": parsed}
+        return self._record(index, score, "ok", parsed["reason"], response.text, latency), parsed
 
     # -- scalar
 
-    async def _sample(self, messages: list[Message], index: int, granted: bool) -> dict[str, Any]:
+    async def _sample(self, messages: list[Message], index: int, granted: bool) -> JudgeSample:
         if not granted:
             return self._record(index, NEUTRAL_SCORE, "budget_exhausted", "judge call budget exhausted", "", 0.0)
-        record = await self._ask(messages, index, "score", index)
-        record.pop("parsed")
-        return record
+        sample, _ = await self._ask(messages, index, "score", index)
+        return sample
 
     async def __call__(self, ctx: VerifyContext) -> Verdict:
         """Judge one branch (see the class docstring)."""
@@ -432,23 +431,23 @@ class ScalarLLMJudgeVerifier:
             code=summary["code"], k=self.k, median=median, spread=summary["spread"],
             valid_samples=summary["valid_samples"], error_samples=summary["error_samples"],
             budget_exhausted_samples=summary["budget_exhausted_samples"], prompt_version=PROMPT_VERSION,
-            judge_model=self.model.spec, pass_threshold=self.pass_threshold, samples=list(samples),
+            judge_model=self.model.spec, pass_threshold=self.pass_threshold,
+            samples=[sample.model_dump(mode="json") for sample in samples],  # details are JSON data
         )
 
     # -- pairwise
 
-    async def _order(self, task: Task, rubric: str, first: str, second: str, swapped: bool) -> dict[str, Any]:
+    async def _order(self, task: Task, rubric: str, first: str, second: str, swapped: bool) -> PairwiseCall:
         if self.budget is not None and not self.budget.take():
-            record = self._record(0, None, "budget_exhausted", "judge call budget exhausted", "", 0.0)
-            return {**record, "swapped": swapped, "preference": None}
-        record = await self._ask(_pairwise_messages(task, rubric, first, second), 0, "preference", 0)
-        parsed = record.pop("parsed")
+            sample = self._record(0, None, "budget_exhausted", "judge call budget exhausted", "", 0.0)
+            return PairwiseCall(**dict(sample), swapped=swapped, preference=None)
+        sample, parsed = await self._ask(_pairwise_messages(task, rubric, first, second), 0, "preference", 0)
         preference = None
         if parsed is not None:
             # Position A holds branch b when swapped: map the answer back to the branches.
             slot = parsed["preference"]
             preference = "tie" if slot == "tie" else ("a" if (slot == "A") != swapped else "b")
-        return {**record, "swapped": swapped, "preference": preference}
+        return PairwiseCall(**dict(sample), swapped=swapped, preference=preference)
 
     async def compare_pair(self, criterion: Criterion, task: Task, a: BranchOutput, b: BranchOutput
                            ) -> PairwiseJudgment:
@@ -474,9 +473,9 @@ class ScalarLLMJudgeVerifier:
         text_a, text_b = _candidate_text(a), _candidate_text(b)
         calls = [await self._order(task, rubric, text_a, text_b, swapped=False),
                  await self._order(task, rubric, text_b, text_a, swapped=True)]
-        statuses = {call["status"] for call in calls}
+        statuses = {call.status for call in calls}
         status = "ok" if statuses == {"ok"} else ("error" if "error" in statuses else "budget_exhausted")
-        forward, backward = calls[0]["preference"], calls[1]["preference"]
+        forward, backward = calls[0].preference, calls[1].preference
         if status == "ok" and forward == backward:
             return PairwiseJudgment(forward, True, calls, status)
         return PairwiseJudgment("tie", False, calls, status)

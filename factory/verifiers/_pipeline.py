@@ -9,12 +9,21 @@ new verifier version adds rows and keeps the old ones.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from factory.sandbox import Sandbox, create_sandbox, workspace_spec
-from factory.store import Store, utc_now
+from factory.store import (
+    BranchEvent,
+    JudgeCallEvent,
+    JudgeSample,
+    PairwiseCall,
+    Store,
+    VerdictEvent,
+    WorkspaceSnapshot,
+    utc_now,
+)
 from factory.tasks import Task
 from factory.verifiers._base import (
     VERIFIERS,
@@ -48,18 +57,18 @@ def objective_pass(verdicts: Sequence[Verdict]) -> bool | None:
     return all(v.ok for v in objective)
 
 
-def verdict_events(verdicts: Sequence[Verdict], start_seq: int) -> list[dict[str, Any]]:
+def verdict_events(verdicts: Sequence[Verdict], start_seq: int) -> list[BranchEvent]:
     """Events recording verdicts (and each judge call), numbered from ``start_seq``."""
-    events = []
-    for verdict in verdicts:
-        for sample in verdict.details.get("samples") or ():
-            events.append({"kind": "judge_call", "payload": {"verifier": verdict.verifier,
-                                                             "version": verdict.version, **sample}})
-        events.append({"kind": "verdict", "payload": {
-            "verifier": verdict.verifier, "version": verdict.version, "status": verdict.status,
-            "score": verdict.score, "hack_detected": verdict.hack_detected}})
     now = utc_now()
-    return [{"seq": start_seq + i, "ts": now, **event} for i, event in enumerate(events)]
+    events: list[BranchEvent] = []
+    for verdict in verdicts:
+        for sample in verdict.judge_samples:
+            events.append(JudgeCallEvent(seq=start_seq + len(events), ts=now, verifier=verdict.verifier,
+                                         version=verdict.version, **sample.model_dump(exclude={"schema_version"})))
+        events.append(VerdictEvent(seq=start_seq + len(events), ts=now, verifier=verdict.verifier,
+                                   version=verdict.version, status=verdict.status, score=verdict.score,
+                                   hack_detected=verdict.hack_detected))
+    return events
 
 
 @dataclass
@@ -113,12 +122,13 @@ class VerificationPipeline:
     def store_pairwise(store: Store, run_id: str, task_id: str, branch_a: int, branch_b: int,
                        judgment: Any) -> None:
         """Write both orders of one pairwise comparison (a ``PairwiseJudgment``) as judgments rows."""
+        calls: list[PairwiseCall] = judgment.calls
         store.write_judgments([
-            {"run_id": run_id, "task_id": task_id, "judge": str(call.get("model")), "kind": "pairwise",
-             "branch_a": branch_a, "branch_b": branch_b, "sample_index": int(call.get("sample_index", 0)),
-             "swapped": bool(call.get("swapped")), "score": None, "preference": call.get("preference"),
-             "status": str(call.get("status")), "raw": call.get("raw"), "created_at": utc_now()}
-            for call in judgment.calls])
+            {"run_id": run_id, "task_id": task_id, "judge": call.model, "kind": "pairwise",
+             "branch_a": branch_a, "branch_b": branch_b, "sample_index": call.sample_index,
+             "swapped": call.swapped, "score": None, "preference": call.preference,
+             "status": call.status, "raw": call.raw, "created_at": utc_now()}
+            for call in calls])
 
     @staticmethod
     def store(store: Store, run_id: str, task_id: str, branch_index: int, verdicts: Sequence[Verdict]) -> None:
@@ -126,7 +136,7 @@ class VerificationPipeline:
         store.write_verdicts([v.row(run_id, task_id, branch_index) for v in verdicts])
         judgments = []
         for verdict in verdicts:
-            for sample in verdict.details.get("samples") or ():
+            for sample in verdict.judge_samples:
                 judgments.append(_judgment_row(run_id, task_id, branch_index, verdict, sample))
         if judgments:
             store.write_judgments(judgments)
@@ -137,7 +147,7 @@ async def verify_in_fresh_sandbox(
     task: Task,
     output: BranchOutput,
     sandbox_name: str,
-    workspace: dict[str, Any] | None = None,
+    workspace: WorkspaceSnapshot | None = None,
     *,
     replay: Callable[[Sandbox], Awaitable[BranchOutput | None]] | None = None,
 ) -> list[Verdict]:
@@ -153,7 +163,7 @@ async def verify_in_fresh_sandbox(
         task: The task the branch answered.
         output: What the verifiers look at of the branch.
         sandbox_name: The sandbox backend.
-        workspace: The branch's changes (``{"files": {...}, "deleted": [...]}``), None for the task's own files.
+        workspace: The branch's changes (a snapshot), None for the task's own files.
         replay: What the branch did, carried out in the sandbox before verifying (its commands, its tool
             calls); it may return the output to verify instead of ``output`` (an answer it submitted).
 
@@ -169,8 +179,8 @@ async def verify_in_fresh_sandbox(
 
 
 def _judgment_row(run_id: str, task_id: str, branch_index: int, verdict: Verdict,
-                  sample: Mapping[str, Any]) -> dict[str, Any]:
-    return {"run_id": run_id, "task_id": task_id, "judge": str(sample.get("model") or verdict.details.get(
+                  sample: JudgeSample) -> dict[str, Any]:
+    return {"run_id": run_id, "task_id": task_id, "judge": sample.model or str(verdict.details.get(
         "judge_model", "")), "kind": "scalar", "branch_a": branch_index, "branch_b": None,
-        "sample_index": int(sample.get("sample_index", 0)), "swapped": False, "score": sample.get("score"),
-        "preference": None, "status": str(sample.get("status")), "raw": sample.get("raw"), "created_at": utc_now()}
+        "sample_index": sample.sample_index, "swapped": False, "score": sample.score,
+        "preference": None, "status": sample.status, "raw": sample.raw, "created_at": utc_now()}

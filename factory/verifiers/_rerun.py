@@ -15,7 +15,7 @@ from typing import Any
 
 from factory.errors import ConfigError, TaskFileError, TaskProblem
 from factory.sandbox import Sandbox
-from factory.store import Store
+from factory.store import Store, WorkspaceSnapshot
 from factory.tasks import Task
 from factory.verifiers._base import BranchOutput, Verdict
 from factory.verifiers._pipeline import VerificationPipeline, objective_pass, verify_in_fresh_sandbox
@@ -39,7 +39,7 @@ async def verify_stored_run(store: Store, run_id: str, pipeline: VerificationPip
     for row in store.branches(run_id).iter_rows(named=True):
         task = tasks[row["task_id"]]
         output = BranchOutput(row["final_answer"], json.loads(row["trajectory"] or "[]"), row["status"])
-        workspace = json.loads(row["workspace"]) if row.get("workspace") else None
+        workspace = WorkspaceSnapshot.from_stored(row["workspace"]) if row.get("workspace") else None
         verdicts = await verify_in_fresh_sandbox(pipeline, task, output, sandbox_name, workspace)
         VerificationPipeline.store(store, run_id, row["task_id"], row["branch_index"], verdicts)
         written += len(verdicts)
@@ -61,7 +61,7 @@ class GoldenCase:
         id: The case's id.
         task: The task.
         final_answer: The branch's answer.
-        workspace: Files the branch left (``{"files": {...}, "deleted": [...]}``).
+        workspace: Files the branch left, as a snapshot (changed files, deleted ones).
         line: Where the case is in its file.
         commands: Shell commands the branch ran, replayed in the sandbox before verifying.
     """
@@ -69,7 +69,7 @@ class GoldenCase:
     id: str
     task: Task
     final_answer: str | None
-    workspace: dict[str, Any]
+    workspace: WorkspaceSnapshot
     line: int
     commands: tuple[str, ...] = ()
 
@@ -92,8 +92,8 @@ def load_golden(path: Path) -> list[GoldenCase]:
         try:
             data = json.loads(line)
             task = Task.model_validate(data["task"])
-            cases.append(GoldenCase(str(data["id"]), task, data.get("final_answer"),
-                                    {"files": data.get("files") or {}, "deleted": data.get("deleted") or []}, number,
+            workspace = WorkspaceSnapshot(files=data.get("files") or {}, deleted=data.get("deleted") or [])
+            cases.append(GoldenCase(str(data["id"]), task, data.get("final_answer"), workspace, number,
                                     tuple(data.get("commands") or ())))
         except KeyError as exc:
             problems.append(TaskProblem(str(path), number, str(exc.args[0]), "required field is missing"))

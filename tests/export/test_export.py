@@ -12,7 +12,16 @@ import polars as pl
 import pytest
 
 from factory.errors import ConfigError, ExportError, ExportValidationError
-from factory.export import EXPORT_FORMATS, ExportOptions, PairOptions, build_pairs, export, load_source, validate_file
+from factory.export import (
+    EXPORT_FORMATS,
+    ExportManifest,
+    ExportOptions,
+    PairOptions,
+    build_pairs,
+    export,
+    load_source,
+    validate_file,
+)
 from factory.store import Store
 
 FORMATS = EXPORT_FORMATS.names()
@@ -33,10 +42,10 @@ def test_every_format_validates_loads_with_datasets_and_says_where_rows_came_fro
                                                                                  suffix):
     datasets = pytest.importorskip("datasets")
     result = run_export(exported_run, fmt, tmp_path / f"{fmt}{suffix}")
-    assert validate_file(result.path, fmt) == result.manifest["rows"] > 0
+    assert validate_file(result.path, fmt) == result.manifest.rows > 0
     loaded = datasets.load_dataset(suffix.lstrip(".").replace("jsonl", "json"), data_files=str(result.path),
                                    split="train")
-    assert loaded.num_rows == result.manifest["rows"]
+    assert loaded.num_rows == result.manifest.rows
     assert {"run_id", "task_id"} <= set(loaded.column_names)
     if fmt != "grpo":
         assert "verifier_versions" in loaded.column_names
@@ -46,6 +55,9 @@ def test_every_format_validates_loads_with_datasets_and_says_where_rows_came_fro
     assert manifest["dataset_hash"].startswith("sha256:") and manifest["config_hash"].startswith("sha256:")
     assert manifest["powered"] is False and "judge_objective_agreement" in manifest
     assert manifest["runs"][0]["ranking"]["verdict"].startswith("not powered")
+    # the file is the typed record as written, versioned, and reads back as the same record
+    assert manifest["schema_version"] == 1 and ("kto" in manifest) == (fmt == "kto")
+    assert ExportManifest.from_stored(result.manifest_path.read_text()) == result.manifest
     card = result.card_path.read_text()
     assert card.startswith("---\nconfigs:") and f"path: {result.path.name}" in card
 
@@ -104,28 +116,27 @@ def test_all_pairs_pass_fail_margins_and_hacks_as_rejected(exported_run):
 def test_length_balance_top_confidence_and_the_reported_bias(exported_run, tmp_path):
     every = ExportOptions(pairs=PairOptions(strategy="all-pairs"))
     plain = run_export(exported_run, "dpo", tmp_path / "all.jsonl", every).manifest
-    bias = plain["length_bias"]
-    assert bias["pairs"] == plain["rows"] and 0 <= bias["chosen_longer_share"] <= 1 and bias["mean_length_ratio"] > 0
+    bias = plain.length_bias
+    assert bias["pairs"] == plain.rows and 0 <= bias["chosen_longer_share"] <= 1 and bias["mean_length_ratio"] > 0
     balanced = run_export(exported_run, "dpo", tmp_path / "bal.jsonl",
                           ExportOptions(pairs=PairOptions(strategy="all-pairs"), length_balance=True)).manifest
-    b = balanced["length_bias"]
+    b = balanced.length_bias
     assert b["chosen_longer_share"] == b["chosen_shorter_share"]  # as often longer as shorter
-    assert balanced["counts"]["length_bias_before_filters"] == bias
+    assert balanced.counts["length_bias_before_filters"] == bias
     top = run_export(exported_run, "dpo", tmp_path / "top.jsonl",
                      ExportOptions(pairs=PairOptions(strategy="all-pairs"), top_confidence=0.5))
     kept = rows(top.path)
-    assert len(kept) == -(-plain["rows"] // 2)
+    assert len(kept) == -(-plain.rows // 2)
     assert min(r["margin"] for r in kept) >= sorted((r["margin"] for r in rows(tmp_path / "all.jsonl")),
                                                      reverse=True)[len(kept) - 1]
 
 
 def test_kto_labels_and_class_weights(exported_run, tmp_path):
     result = run_export(exported_run, "kto", tmp_path / "kto.jsonl")
-    kto = result.manifest["kto"]
+    kto = result.manifest.kto
     data = rows(result.path)
-    assert len(data) == 12 and kto["desirable"] == sum(r["label"] for r in data)
-    assert kto["desirable"] * kto["desirable_weight"] == pytest.approx(kto["undesirable"] * kto["undesirable_weight"],
-                                                                       rel=1e-5)
+    assert len(data) == 12 and kto.desirable == sum(r["label"] for r in data)
+    assert kto.desirable * kto.desirable_weight == pytest.approx(kto.undesirable * kto.undesirable_weight, rel=1e-5)
     with Store.open(exported_run, read_only=True) as store:
         hacked = load_source(store, ["r1"]).branches.filter(pl.col("hack_detected"))
     for row in hacked.iter_rows(named=True):  # a hack is never desirable, even where its tests "pass"
@@ -144,7 +155,7 @@ def test_sft_winners_reward_scalar_file_and_grpo_verifier_columns(exported_run, 
     scalar = rows(reward.extra_paths["scalar"])
     assert len(scalar) == 12 and {"prompt", "completion", "reward", "components"} <= set(scalar[0])
     assert set(scalar[0]["components"]) == {"objective", "judge", "objective_pass", "hack_detected"}
-    assert reward.manifest["files"]["scalar"]["file"] == "reward.scalar.jsonl"
+    assert reward.manifest.files["scalar"].file == "reward.scalar.jsonl"
     grpo = {r["task_id"]: r for r in rows(run_export(exported_run, "grpo", tmp_path / "grpo.jsonl").path)}
     assert grpo["add"]["answer"] == "42" and grpo["add"]["verifiers"] == ["answer"]
     assert "test_solution.py" in json.loads(grpo["fix-factorial"]["tests"])
@@ -166,18 +177,18 @@ def test_stored_rankings_are_read_and_rolling_keeps_the_last_runs(exported_run, 
     ranked = cli("rank", "r1", "--db", str(db), "--json")
     assert ranked.exit_code == 0, ranked.output
     result = run_export(db, "dpo", tmp_path / "ranked.jsonl")
-    assert result.manifest["runs"][0]["ranked_at_export"] is False
-    assert result.manifest["runs"][0]["ranking"]["n_tasks"] == 3
+    assert result.manifest.runs[0].ranked_at_export is False
+    assert result.manifest.runs[0].ranking["n_tasks"] == 3
     from tests._runs import REPLIES, fork_run
 
     replies = tmp_path / "replies.jsonl"
     replies.write_text("".join(json.dumps(r) + "\n" for r in REPLIES))
     fork_run(db, replies, run_id="r2", branches=2)
     rolled = run_export(db, "dpo", tmp_path / "rolled.jsonl", runs=("r1", "r2"), rolling=1)
-    assert rolled.manifest["run_ids"] == ["r2"] and {r["run_id"] for r in rows(rolled.path)} == {"r2"}
+    assert rolled.manifest.run_ids == ["r2"] and {r["run_id"] for r in rows(rolled.path)} == {"r2"}
     both = run_export(db, "dpo", tmp_path / "both.jsonl", runs=("r1", "r2"))
-    assert {r["run_id"] for r in rows(both.path)} == {"r1", "r2"} and both.manifest["config_hash"] is None
-    assert len(both.manifest["config_hashes"]) == 2
+    assert {r["run_id"] for r in rows(both.path)} == {"r1", "r2"} and both.manifest.config_hash is None
+    assert len(both.manifest.config_hashes) == 2
 
 
 def test_dedupe_removes_repeated_content(exported_run, tmp_path):
@@ -190,8 +201,8 @@ def test_dedupe_removes_repeated_content(exported_run, tmp_path):
     fork_run(db, replies, run_id="r1b")  # same tasks, same seeds: the same conversations again
     plain = run_export(db, "dpo", tmp_path / "plain.jsonl", runs=("r1", "r1b"))
     deduped = run_export(db, "dpo", tmp_path / "dedupe.jsonl", ExportOptions(dedupe=True), runs=("r1", "r1b"))
-    assert plain.manifest["rows"] == 2 * deduped.manifest["rows"]
-    assert deduped.manifest["counts"]["duplicates_removed"] == deduped.manifest["rows"]
+    assert plain.manifest.rows == 2 * deduped.manifest.rows
+    assert deduped.manifest.counts["duplicates_removed"] == deduped.manifest.rows
 
 
 def test_validate_names_the_line_and_field_of_every_problem(tmp_path):

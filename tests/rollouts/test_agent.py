@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 
-from factory.rollouts import AgentConfig, BranchStatus, ToolCallingAgent
 from factory.models import create_model
+from factory.rollouts import AgentConfig, BranchStatus, ToolCallingAgent
 from factory.sandbox import SandboxSpec, create_sandbox
 from factory.tasks import Task
 from tests.rollouts.conftest import FIX_FACTORIAL
@@ -37,17 +37,17 @@ def test_tool_loop_fixes_code_and_records_every_step(replay_file):
     result, solution = run_agent(FACTORIAL, FIX_FACTORIAL, replay_file)
     assert result.status == BranchStatus.OK and result.final_answer == "base case fixed"
     assert "return 1" in solution
-    kinds = [e["kind"] for e in result.events]
+    kinds = [e.kind for e in result.events]
     assert kinds[0] == "run_start" and kinds[-1] == "final_answer"
     assert kinds.count("model_call") == 4 and kinds.count("tool_call") == 4 and kinds.count("tool_result") == 4
-    assert [e["seq"] for e in result.events] == list(range(len(result.events)))
+    assert [e.seq for e in result.events] == list(range(len(result.events)))
     assert [c["name"] for c in result.tool_call_sequence] == ["read_file", "write_file", "run", "submit"]
     pytest_result = result.tool_call_sequence[2]
     assert pytest_result["ok"] and "1 passed" in pytest_result["result"]
     # the summarized text stored is exactly what the model was shown
     tool_messages = [m["content"] for m in result.messages if m["role"] == "tool"]
     assert tool_messages == [c["result"] for c in result.tool_call_sequence]
-    assert result.events[0]["payload"]["primer"] == "Past winner: X"
+    assert result.events[0].primer == "Past winner: X"
     assert "Past winner: X" in result.messages[0]["content"]
     first_call = result.messages[2]["tool_calls"][0]["function"]
     assert first_call == {"name": "read_file", "arguments": {"path": "solution.py"}}
@@ -60,7 +60,7 @@ def test_single_turn_answer_task_uses_reply_as_answer(replay_file):
     result, _ = run_agent(ADD, entries, replay_file)
     assert result.status == BranchStatus.OK and result.final_answer == "17+25=42\nFinal: 42"
     assert result.usage.input_tokens == 12 and result.usage.output_tokens == 7
-    assert result.events[0]["payload"]["mode"] == "single-turn"
+    assert result.events[0].mode == "single-turn"
     assert "Final: <answer>" in result.messages[0]["content"]
 
 
@@ -69,8 +69,8 @@ def test_turn_cap_ends_with_max_turns(replay_file):
         {"name": "list_files", "arguments": {}}]}}]
     result, _ = run_agent(FACTORIAL, entries, replay_file, AgentConfig(max_turns=3))
     assert result.status == BranchStatus.MAX_TURNS and result.final_answer is None
-    assert [e["kind"] for e in result.events].count("model_call") == 3
-    assert result.events[-1]["kind"] == "error"
+    assert [e.kind for e in result.events].count("model_call") == 3
+    assert result.events[-1].kind == "error"
 
 
 def test_bad_tool_calls_are_reported_to_the_model_not_fatal(replay_file):
@@ -96,4 +96,4 @@ def test_model_failure_is_an_error_result_not_an_exception(replay_file):
     entries = [{"prompt_contains": "something else entirely", "response": {"text": "x"}}]
     result, _ = run_agent(ADD, entries, replay_file)
     assert result.status == BranchStatus.ERROR and "ReplayMissError" in result.error
-    assert result.events[-1]["kind"] == "error"
+    assert result.events[-1].kind == "error"

@@ -39,7 +39,8 @@ pytest.importorskip("openai")
 TASK = Task(id="explain-gil", prompt="Explain Python's GIL in two sentences.", rubric="Accurate and concise.")
 CRITERION = Criterion("judge", "an LLM judge's score against the rubric", "judge", TASK.rubric)
 ANSWER = BranchOutput("The GIL lets one thread run Python bytecode at a time. It simplifies memory management.")
-SAMPLE_KEYS = {"sample_index", "score", "status", "reason", "raw", "model", "prompt_version", "latency_s"}
+SAMPLE_KEYS = {"schema_version", "sample_index", "score", "status", "reason", "raw", "model", "prompt_version",
+               "latency_s"}
 NONCE = re.compile(r"<<<CANDIDATE-([0-9a-f]{16})>>>")
 
 
@@ -392,10 +393,10 @@ def test_pairwise_orders_agree(server: WireServer) -> None:
     judgment = compare(server, BRANCH_A, BRANCH_B)
 
     assert (judgment.preference, judgment.swap_consistent, judgment.status) == ("a", True, "ok")
-    assert [(c["swapped"], c["preference"]) for c in judgment.calls] == [(False, "a"), (True, "a")]
+    assert [(c.swapped, c.preference) for c in judgment.calls] == [(False, "a"), (True, "a")]
     for call in judgment.calls:
-        assert set(call) == SAMPLE_KEYS | {"swapped", "preference"}
-        assert (call["sample_index"], call["score"], call["status"]) == (0, None, "ok")
+        assert set(call.model_dump()) == SAMPLE_KEYS | {"swapped", "preference"}
+        assert (call.sample_index, call.score, call.status) == (0, None, "ok")
     first, second = (user_text(b) for b in server.bodies)
     assert first.index("branch a.") < first.index("branch b.")
     assert second.index("branch b.") < second.index("branch a.")
@@ -408,7 +409,7 @@ def test_pairwise_orders_disagree_is_a_tie(server: WireServer) -> None:
     judgment = compare(server, BRANCH_A, BRANCH_B)
 
     assert (judgment.preference, judgment.swap_consistent) == ("tie", False)
-    assert [c["preference"] for c in judgment.calls] == ["a", "b"]
+    assert [c.preference for c in judgment.calls] == ["a", "b"]
 
 
 def test_pairwise_tie_both_ways_is_consistent(server: WireServer) -> None:
@@ -425,7 +426,7 @@ def test_pairwise_one_error_is_a_tie_and_inconsistent(server: WireServer) -> Non
     judgment = compare(server, BRANCH_A, BRANCH_B)
 
     assert (judgment.preference, judgment.swap_consistent, judgment.status) == ("tie", False, "error")
-    assert [c["status"] for c in judgment.calls] == ["ok", "error"]
+    assert [c.status for c in judgment.calls] == ["ok", "error"]
 
 
 def test_pairwise_respects_the_budget(server: WireServer) -> None:
@@ -436,7 +437,7 @@ def test_pairwise_respects_the_budget(server: WireServer) -> None:
 
     assert len(server.requests) == 1 and budget.exhausted == 1
     assert (judgment.preference, judgment.swap_consistent, judgment.status) == ("tie", False, "budget_exhausted")
-    assert judgment.calls[1]["status"] == "budget_exhausted" and judgment.calls[1]["preference"] is None
+    assert judgment.calls[1].status == "budget_exhausted" and judgment.calls[1].preference is None
 
 
 # --- the parser ----------------------------------------------------------------------------------------------

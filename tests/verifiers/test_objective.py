@@ -53,9 +53,9 @@ def test_answer_detail_codes(answer, code):
 
 def test_only_pass_is_ok_and_statuses_are_closed():
     with pytest.raises(ValueError):
-        Verdict(True, 1.0, "unknown", {}, "x", "1")
+        Verdict(ok=True, score=1.0, status="unknown", details={}, verifier="x", version="1")
     with pytest.raises(ValueError):
-        Verdict(False, 0.0, "maybe", {}, "x", "1")
+        Verdict(ok=False, score=0.0, status="maybe", details={}, verifier="x", version="1")
 
 
 @pytest.mark.parametrize(("answer", "code", "ok"), [
