@@ -374,10 +374,7 @@ class RolloutForkRunner:
                 ErrorEvent(seq=0, ts=utc_now(), type=type(exc).__name__, message=str(exc))], Usage(),
                 error=f"{type(exc).__name__}: {exc}")
             verdicts = []
-        if verdicts:
-            events = result.events + verdict_events(verdicts, start_seq=len(result.events))
-        else:
-            events = result.events
+        events = result.events + verdict_events(verdicts, start_seq=len(result.events))  # none without verdicts
         return BranchResult(
             run_id=self.run_id, task_id=task.id, branch_index=index,
             rollout_id=rollout_id, session_id=session_id,
