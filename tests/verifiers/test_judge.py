@@ -15,23 +15,18 @@ from hypothesis import strategies as st
 
 from factory.models import ChatModel, ModelOptions, ResilientModel, RetryPolicy, create_model
 from factory.tasks import Task
-from factory.verifiers._base import (
+from factory.verifiers import (
     BranchOutput,
     Criterion,
+    JudgeSameAsPolicyWarning,
+    ScalarLLMJudgeVerifier,
     Verdict,
     VerifyContext,
     create_verifier,
     run_verifier,
     verifier_names,
 )
-from factory.verifiers._judge import (
-    PROMPT_VERSION,
-    JudgeBudget,
-    JudgeSameAsPolicyWarning,
-    PairwiseJudgment,
-    ScalarLLMJudgeVerifier,
-    parse_judge_json,
-)
+from factory.verifiers._judge import PROMPT_VERSION, JudgeBudget, PairwiseJudgment, parse_judge_json
 from tests.rollouts.wire_server import Reply, WireServer
 
 pytest.importorskip("openai")
