@@ -29,12 +29,11 @@ test in ``tests/sandbox/test_escapes.py`` and a conformance check):
   fills it: a size-limited mount is the only quota that holds while a command
   runs (a post-exec size check lets it fill the host's disk first, and
   RLIMIT_FSIZE bounds one file, not how many). The tmpfs lives in a mount
-  namespace of its own, held by a small process per sandbox that exits when
-  the sandbox closes or this process dies, so no mount is left behind; the
-  host reaches the files through ``/proc/<holder>/root`` and each command
-  enters that namespace with ``nsenter`` before bwrap starts. It is backed by
-  memory, so concurrent sandboxes times ``workspace_mb`` bounds what they can
-  take.
+  namespace of its own that only this process's descriptors keep alive, so
+  no mount is left behind when the sandbox closes or this process dies; the
+  host works from a descriptor of its root, and each command enters that
+  namespace with ``nsenter`` before bwrap starts. It is backed by memory, so
+  concurrent sandboxes times ``workspace_mb`` bounds what they can take.
 - Host-side file operations never follow a link nor open a special file
   (:class:`~factory.sandbox._host.HostWorkspace`).
 
@@ -116,7 +115,16 @@ def _python_mounts(python: Path) -> list[Path]:
 
 
 class _WorkspaceMount:
-    """The workspace's size-limited tmpfs, in a mount namespace held by one small process.
+    """The workspace's size-limited tmpfs, in a mount namespace of its own that descriptors keep alive.
+
+    A short-lived process makes the namespace (``unshare``) and mounts the
+    tmpfs; before it exits, this process opens the namespace (and, run
+    unprivileged, the user namespace that owns it) and the tmpfs's root.
+    Those descriptors keep both alive with no process behind them: commands
+    enter the namespace through them (``nsenter --mount=/proc/<this pid>/fd/N``,
+    so no recycled pid can ever lead elsewhere), host-side file operations
+    work from the root's, and closing them (on close, or when this process
+    dies) frees the tmpfs.
 
     Args:
         mountpoint: An empty host directory; the tmpfs is mounted on it inside the namespace only.
@@ -128,47 +136,56 @@ class _WorkspaceMount:
         self.mountpoint = mountpoint
         self._size_mb = size_mb
         self._owner = owner
-        self._holder: subprocess.Popen[bytes] | None = None
+        self._namespaces: dict[str, int] = {}  # nsenter option -> descriptor
 
-    def start(self) -> None:
-        unshare, nsenter = shutil.which("unshare"), shutil.which("nsenter")
-        if unshare is None or nsenter is None:
+    def start(self) -> int:
+        """Mount the tmpfs; returns a descriptor of its root (the caller owns it)."""
+        unshare, self._nsenter = shutil.which("unshare"), shutil.which("nsenter")
+        if unshare is None or self._nsenter is None:
             raise SandboxUnavailableError("unshare and nsenter (util-linux) are needed for the workspace quota")
         options = [f"size={self._size_mb}m", f"nr_inodes={max(4096, self._size_mb * 256)}", "nosuid", "nodev"]
         options += ["mode=0755", f"uid={self._owner}", f"gid={self._owner}"] if self._owner is not None else [
             "mode=0700"]
         userns = [] if self._owner is not None else ["--user", "--map-root-user"]
-        # The holder exits when its stdin closes: when the sandbox closes, or this process dies.
-        script = 'mount -t tmpfs -o "$2" factory-workspace "$1" || exit 1; echo ready; exec cat >/dev/null'
-        self._holder = subprocess.Popen(
+        script = 'mount -t tmpfs -o "$2" factory-workspace "$1" || exit 1; echo ready; read -r _'
+        holder = subprocess.Popen(
             [unshare, *userns, "--mount", "--propagation", "slave", "--", "sh", "-c", script, "sh",
              str(self.mountpoint), ",".join(options)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-        assert self._holder.stdout is not None and self._holder.stderr is not None
-        ready, _, _ = select.select([self._holder.stdout], [], [], _HOLDER_START_S)
-        if not ready or self._holder.stdout.readline() != b"ready\n":
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+        assert holder.stdin is not None and holder.stdout is not None
+        try:
+            ready, _, _ = select.select([holder.stdout], [], [], _HOLDER_START_S)
+            if not ready or holder.stdout.readline() != b"ready\n":
+                raise SandboxUnavailableError(
+                    "cannot mount the workspace's size-limited tmpfs in a mount namespace of its own")
+            for option, name in ((("--user", "user"),) if userns else ()) + (("--mount", "mnt"),):
+                self._namespaces[option] = os.open(f"/proc/{holder.pid}/ns/{name}", os.O_RDONLY | os.O_CLOEXEC)
+            return os.open(f"/proc/{holder.pid}/root{self.mountpoint}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except BaseException:
             self.stop()
-            raise SandboxUnavailableError("cannot mount the workspace's size-limited tmpfs in a namespace of its own")
-        self.enter = [nsenter, f"--target={self._holder.pid}", "--mount"] + (
-            ["--user", "--preserve-credentials"] if userns else []) + ["--"]
-
-    @property
-    def host_path(self) -> Path:
-        """The tmpfs as this process reaches it."""
-        assert self._holder is not None
-        return Path(f"/proc/{self._holder.pid}/root{self.mountpoint}")
-
-    def stop(self) -> None:
-        holder, self._holder = self._holder, None
-        if holder is not None:
-            for stream in (holder.stdin, holder.stdout, holder.stderr):
-                if stream is not None:
-                    stream.close()
+            raise
+        finally:
+            holder.stdin.close()  # the holder exits; the descriptors keep the namespace
+            holder.stdout.close()
             try:
                 holder.wait(5)
             except subprocess.TimeoutExpired:
                 holder.kill()
                 holder.wait()
+
+    def enter(self) -> list[str]:
+        """The command prefix that runs the rest inside the namespace (built per command: it names this pid)."""
+        argv = [self._nsenter or "nsenter"]
+        for option, fd in self._namespaces.items():
+            argv.append(f"{option}=/proc/{os.getpid()}/fd/{fd}")
+        if "--user" in self._namespaces:
+            argv.append("--preserve-credentials")
+        return [*argv, "--"]
+
+    def stop(self) -> None:
+        namespaces, self._namespaces = self._namespaces, {}
+        for fd in namespaces.values():
+            os.close(fd)
         try:
             self.mountpoint.rmdir()
         except OSError:
@@ -208,7 +225,6 @@ class BwrapSandbox(Sandbox):
         self._uid: int | None = None
         self._bwrap = ""
         self._args: list[str] = []
-        self._enter: list[str] = []
         self._python = Path(spec.python or sys.executable)
         self._exec_lock = asyncio.Lock()
 
@@ -239,10 +255,8 @@ class BwrapSandbox(Sandbox):
     def _create(self, setpriv: str | None) -> None:
         self._mount = _WorkspaceMount(Path(tempfile.mkdtemp(prefix="factory-bwrap-mnt-")),
                                       self.spec.limits.workspace_mb, self._uid)
-        self._mount.start()
-        self._enter = self._mount.enter
-        self._workspace.create(dict(self.spec.files), dict(self.spec.readonly_files), owner=self._uid,
-                               root=self._mount.host_path)
+        root = self._mount.start()
+        self._workspace.create(dict(self.spec.files), dict(self.spec.readonly_files), owner=self._uid, root_fd=root)
         assert self._workspace.private is not None
         etc = self._workspace.private / "etc"
         etc.mkdir()
@@ -326,7 +340,8 @@ class BwrapSandbox(Sandbox):
                 os.write(write_end, _seccomp())
                 os.close(write_end)
                 write_end = -1
-                argv = [*self._enter, self._bwrap, "--seccomp", str(read_end), *self._args,
+                assert self._mount is not None
+                argv = [*self._mount.enter(), self._bwrap, "--seccomp", str(read_end), *self._args,
                         *(["sh", "-c", command] if isinstance(command, str) else command)]
                 return await run_limited(
                     argv,

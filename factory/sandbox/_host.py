@@ -128,19 +128,24 @@ class HostWorkspace:
         files: Mapping[str, str | bytes],
         readonly_files: Mapping[str, str | bytes],
         owner: int | None = None,
-        root: Path | None = None,
+        root_fd: int | None = None,
     ) -> Path:
-        """Make the directory (or adopt ``root``, an empty directory made by the caller) and seed it.
+        """Make the directory (or adopt ``root_fd``, a descriptor of an empty directory) and seed it.
 
         ``files`` and directories are owned by ``owner`` (when given);
         ``readonly_files`` stay owned by the host user with mode 0444, file
         operations refuse to write them, and a pristine copy of each is kept
         under :attr:`private`. Backends mount those copies read-only on top.
+        An adopted descriptor is closed by :meth:`remove`; the directory is the caller's to delete.
         """
-        self._owns_root = root is None
-        self.root = Path(tempfile.mkdtemp(prefix=self._prefix)).resolve() if root is None else root
+        self._owns_root = root_fd is None
+        if root_fd is None:
+            self.root = Path(tempfile.mkdtemp(prefix=self._prefix)).resolve()
+            self._root_fd = os.open(self.root, _O_DIR)
+        else:
+            self.root = Path(f"/proc/{os.getpid()}/fd/{root_fd}")
+            self._root_fd = root_fd
         self.private = Path(tempfile.mkdtemp(prefix=self._prefix + "private-")).resolve()
-        self._root_fd = os.open(self.root, _O_DIR)
         if owner is not None:
             os.fchown(self._root_fd, owner, owner)
         for rel, content in files.items():

@@ -273,21 +273,45 @@ def test_bwrap_tests_stay_in_place_when_their_folder_is_replaced():
     assert host_view == "def test_answer(): pass\n"  # and the tamper stays visible to the verifier's scan
 
 
-def test_bwrap_leaves_no_process_mount_or_directory_behind():
+def test_bwrap_quota_mount_lives_on_descriptors_only_and_is_gone_after_close():
     sandbox = BwrapSandbox(SandboxSpec(files={"a.txt": "a"}, limits=LIMITS))
+
+    def namespaces_held() -> set[str]:
+        held = set()
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                target = os.readlink(f"/proc/self/fd/{fd}")
+            except FileNotFoundError:  # the listing's own descriptor
+                continue
+            if target.startswith("mnt:"):
+                held.add(target)
+        return held
+
+    def children() -> list[str]:
+        found = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == os.getpid():
+                found.append(pid)
+        return found
+
+    before = namespaces_held()
 
     async def body():
         async with sandbox:
-            mount = sandbox._mount
-            holder = mount._holder.pid
-            private = sandbox._workspace.private
+            mount, private = sandbox._mount, sandbox._workspace.private
+            held = namespaces_held() - before
+            assert len(held) == 1  # the tmpfs's namespace, with no holder process behind it
             assert (await sandbox.exec("cat a.txt")).stdout == "a"
-            assert Path(f"/proc/{holder}").exists()
-        return mount.mountpoint, holder, private
+            assert children() == []
+        return mount.mountpoint, private
 
-    mountpoint, holder, private = run(body())
+    mountpoint, private = run(body())
     assert not mountpoint.exists() and not private.exists()
-    assert not Path(f"/proc/{holder}").exists() or Path(f"/proc/{holder}/status").read_text().find("Z (zombie)") > 0
+    assert namespaces_held() == before
 
 
 def test_seccomp_program_is_well_formed_for_each_known_machine():
