@@ -39,8 +39,10 @@ test in ``tests/sandbox/test_escapes.py`` and a conformance check):
 
 Run as root, bwrap drops to a per-sandbox unprivileged uid (``setpriv``) so
 that RLIMIT_NPROC bounds processes (the kernel never applies it to root) and
-file modes hold. Run as a normal user, it uses a user namespace and bounds
-processes relative to what the user already runs.
+file modes hold. Run as a normal user, the workspace's mount namespace
+belongs to a user namespace of its own, which bwrap enters (and nests its
+own in): RLIMIT_NPROC then counts the processes in that namespace, i.e. this
+sandbox's alone.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ from pathlib import Path
 
 from factory.errors import SandboxError, SandboxUnavailableError
 from factory.sandbox._base import ExecResult, Guarantee, Sandbox, SandboxSpec, WorkspaceFiles, register_sandbox
-from factory.sandbox._host import HostWorkspace, host_file_call, processes_of, run_limited, sandbox_environment
+from factory.sandbox._host import HostWorkspace, host_file_call, run_limited, sandbox_environment
 from factory.sandbox._seccomp import seccomp_program
 
 __all__ = ["BwrapSandbox"]
@@ -331,7 +333,10 @@ class BwrapSandbox(Sandbox):
         if not self._args:
             raise SandboxError("sandbox is not started")
         limits = self.spec.limits
-        nproc = limits.max_processes if self._uid is not None else processes_of(os.getuid()) + limits.max_processes
+        # Root runs: the sandbox's uid is its own. Unprivileged runs: the kernel counts RLIMIT_NPROC per user
+        # namespace, and the workspace's namespace holds nothing but this sandbox's commands, so the limit is
+        # the sandbox's alone there too (not relative to what the user runs elsewhere).
+        nproc = limits.max_processes
         # One command at a time: the read-only paths are cleared while nothing of the sandbox runs.
         async with self._exec_lock:
             await host_file_call(lambda: self._workspace.clear_readonly_paths(self._uid), "read-only files")
