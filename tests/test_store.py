@@ -339,9 +339,24 @@ def verified(tmp_path):
 def test_branch_records_read_each_verifiers_latest_verdict(verified):
     frame = verified.branch_records("r1")
     rows = frame.select("branch_index", "objective_pass", "objective_score", "judge_score", "hack").rows()
-    assert rows == [(0, True, 1.0, 0.8, False), (1, False, 0.0, None, True), (2, None, None, None, False)]
-    assert frame["temperature"].to_list() == [0.5, 1.0, None]
+    # branch 2 ended in error: not an outcome of the policy, so not a record; counted apart instead
+    assert rows == [(0, True, 1.0, 0.8, False), (1, False, 0.0, None, True)]
+    assert frame["temperature"].to_list() == [0.5, 1.0]
     assert verified.branch_records("nope").is_empty()
+    excluded = verified.excluded_branches("r1")
+    assert excluded.select("status", "branches").rows() == [("error", 1)]
+
+
+def test_an_errored_objective_verdict_makes_the_outcome_unknown_not_a_fail(tmp_path):
+    """A verifier that crashed is the infrastructure's failure: the branch has no objective outcome."""
+    store = Store.open(tmp_path / "s.duckdb")
+    store.write_run(run_row())
+    store.write_branches([branch_row(0), branch_row(1)])
+    store.write_verdicts([verdict_row(0, "answer", "pass", 1.0), verdict_row(0, "tests", "error", 0.0),
+                          verdict_row(1, "answer", "fail", 0.0)])
+    rows = store.branch_records("r1").select("branch_index", "objective_pass", "objective_score").rows()
+    assert rows == [(0, None, None), (1, False, 0.0)]
+    store.close()
 
 
 def test_latest_verdicts_take_the_newest_then_the_highest_version(verified):
@@ -406,9 +421,10 @@ def test_export_branches_split_messages_and_join_verdicts_ranking_and_task(verif
     verified.write_branches([branch_row(0, trajectory=trajectory, final_answer="4")], [start])
     verified.write_tasks([{"run_id": "r1", "task_id": "t1", "task_hash": "h", "prompt": "2+2?",
                            "verifiers": ["answer"], "spec": {"id": "t1"}}])
+    verified.write_branches([branch_row(3)])  # finished, never verified
     verified.write_rankings([ranking_row(0, 1)])
     frame = verified.export_branches(["r1"])
-    assert frame["branch_index"].to_list() == [0, 1, 2]
+    assert frame["branch_index"].to_list() == [0, 1, 3]  # branch 2 ended in error: not an outcome, never exported
     row = frame.row(0, named=True)
     assert [m["role"] for m in row["prompt_messages"]] == ["system", "user"]
     assert [m["role"] for m in row["completion_messages"]] == ["assistant", "tool", "assistant"]

@@ -271,7 +271,8 @@ class RewardFormat(DPOFormat):
             prompt.alias("prompt"), completion.alias("completion"),
             pl.col("reward"),
             pl.struct(pl.col("objective_score").alias("objective"), pl.col("judge_score").alias("judge"),
-                      pl.col("objective_pass"), pl.col("hack_detected")).alias("components"),
+                      pl.col("objective_pass"), pl.col("hack_detected"), pl.col("hack_suspected")
+                      ).alias("components"),
             *_branch_provenance(reward=False))
         built.extra["scalar"] = scalar
         built.stats["scalar_rows"] = scalar.height
@@ -288,7 +289,7 @@ class KTOFormat:
     def build(self, source: ExportSource, options: ExportOptions) -> ExportRows:
         verified = source.branches.filter(pl.col("objective_pass").is_not_null())
         _require_rows(verified, "verified branches", source)
-        label = (pl.col("objective_pass") & ~pl.col("hack_detected")).alias("label")
+        label = (pl.col("objective_pass") & ~pl.col("hack_detected") & ~pl.col("hack_suspected")).alias("label")
         if options.conversational:
             content = [pl.col("prompt_messages").alias("prompt"), pl.col("completion_messages").alias("completion"),
                        _tools("mode").alias("tools")]
@@ -336,6 +337,7 @@ class SFTFormat:
 
     def build(self, source: ExportSource, options: ExportOptions) -> ExportRows:
         clean = source.branches.filter(pl.col("objective_pass").fill_null(False) & ~pl.col("hack_detected")
+                                       & ~pl.col("hack_suspected")
                                        & pl.col("rank").is_not_null())
         if not options.sft_all_passing:
             clean = clean.filter(pl.col("rank") == pl.col("rank").min().over(["run_id", "task_id"]))

@@ -40,7 +40,8 @@ PAIR_STRATEGIES = ("best-worst", "pass-fail", "all-pairs")
 
 #: Branch columns each side of a pair carries (as ``chosen_<col>`` / ``rejected_<col>``): the light ones
 #: take part in the join and filters, the heavy ones are fetched for the pairs that survive them.
-_LIGHT = ("branch_index", "objective_pass", "hack_detected", "reward", "strength", "ci_low", "ci_high", "rank")
+_LIGHT = ("branch_index", "objective_pass", "hack_detected", "hack_suspected", "reward", "strength", "ci_low",
+          "ci_high", "rank")
 _HEAVY = ("completion_messages", "completion_chars", "objective_score", "judge_score", "verifier_versions",
           "final_answer", "mode")
 
@@ -98,7 +99,8 @@ def build_pairs(branches: pl.DataFrame, options: PairOptions) -> pl.DataFrame:
     """
     verified = (branches.filter(pl.col("objective_pass").is_not_null() & pl.col("rank").is_not_null())
                 .with_row_index("_row"))
-    chosen = _side(verified.filter(~pl.col("hack_detected")), "chosen")
+    # A branch the behaviour monitor suspects is never chosen, even when it passed: it is data for the negative side.
+    chosen = _side(verified.filter(~pl.col("hack_detected") & ~pl.col("hack_suspected")), "chosen")
     pool = verified if options.hacks_as_rejected else verified.filter(~pl.col("hack_detected"))
     rejected = _side(pool, "rejected")
     pairs = chosen.join(rejected, on=["run_id", "task_id"])
@@ -108,6 +110,7 @@ def build_pairs(branches: pl.DataFrame, options: PairOptions) -> pl.DataFrame:
     keep = (pl.col("margin") > 1e-12) & (pl.col("margin") >= options.min_margin)
     # a hacked branch is rejected only against a clean pass
     keep &= ~pl.col("rejected_hack_detected") | pl.col("chosen_objective_pass")
+    keep &= ~pl.col("rejected_hack_suspected") | pl.col("chosen_objective_pass")
     if options.strategy == "pass-fail":
         keep &= pl.col("chosen_objective_pass") & ~pl.col("rejected_objective_pass")
     if options.ci_separated:

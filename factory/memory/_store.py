@@ -45,6 +45,10 @@ class MemoryCandidate:
     key_steps: list[str]
     objective_score: float | None
     hack_detected: bool
+    #: The behaviour monitor saw a hack attempt: never stored, even when it passed.
+    hack_suspected: bool = False
+    #: Not an outcome (the provider, sandbox or verifier failed): never stored, counted apart.
+    infra_error: bool = False
 
 
 @dataclass(frozen=True)
@@ -272,8 +276,12 @@ class RolloutMemoryStore:
         discards = []
         for c in candidates:
             reason = None
-            if c.hack_detected:
+            if c.infra_error:
+                reason = "infra_error"
+            elif c.hack_detected:
                 reason = "hack_detected"
+            elif c.hack_suspected:
+                reason = "hack_suspected"
             elif c.objective_score is None or c.objective_score < 1.0 - 1e-9:
                 reason = "not_a_win"
             if reason:
@@ -339,5 +347,7 @@ def candidates_from_run(store: Store, run_id: str) -> list[MemoryCandidate]:
         verified = record is not None and record.objective_pass is not None
         out.append(MemoryCandidate(run_id, row["task_id"], row["branch_index"], prompts.get(row["task_id"], ""),
                                    row["final_answer"], steps, record.objective_score if verified else None,
-                                   bool(record and record.hack_detected)))
+                                   bool(record and record.hack_detected),
+                                   hack_suspected=bool(record and record.hack_suspected),
+                                   infra_error=record is None))
     return out

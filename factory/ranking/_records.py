@@ -7,7 +7,7 @@ from typing import Any
 
 from factory.store import Store
 
-__all__ = ["BranchRecord", "PairwiseOutcome", "load_pairwise", "load_records"]
+__all__ = ["BranchRecord", "PairwiseOutcome", "excluded_branches", "load_pairwise", "load_records"]
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,8 @@ class BranchRecord:
     judge_score: float | None
     hack_detected: bool
     fields: dict[str, Any] = field(default_factory=dict)
+    #: The behaviour monitor saw a hack attempt (a pass stays a pass; the branch is never a winner).
+    hack_suspected: bool = False
 
 
 @dataclass(frozen=True)
@@ -44,17 +46,31 @@ class PairwiseOutcome:
 
 
 def load_records(store: Store, run_id: str) -> list[BranchRecord]:
-    """One record per stored branch of ``run_id``, using each verifier's latest verdict."""
+    """One record per stored branch of ``run_id`` that is an outcome, using each verifier's latest verdict.
+
+    Infrastructure failures (``infra_error``) are not outcomes: they are left out here, so out of every
+    ranking, power check and pass rate built on these records; :func:`excluded_branches` counts them.
+    """
     frame = store.branch_records(run_id)
     return [
         BranchRecord(
             task_id=row["task_id"], branch_index=int(row["branch_index"]), objective_pass=row["objective_pass"],
             objective_score=float(row["objective_score"] or 0.0), judge_score=row["judge_score"],
-            hack_detected=bool(row["hack"]),
+            hack_detected=bool(row["hack"]), hack_suspected=bool(row["suspected"]),
             fields={k: row[k] for k in ("temperature", "seed", "model", "status")},
         )
         for row in frame.iter_rows(named=True)
     ]
+
+
+def excluded_branches(store: Store, run_id: str) -> dict[str, Any]:
+    """The branches of ``run_id`` left out of every rate as infrastructure failures: a count and the reasons."""
+    frame = store.excluded_branches(run_id)
+    reasons = sorted({r for row in frame.iter_rows(named=True) for r in row["reasons"] if r})
+    return {"infra_failures": int(frame["branches"].sum()) if frame.height else 0, "reasons": reasons,
+            "rule": "branches whose provider gave up, whose sandbox failed or whose verifier crashed are not "
+                    "outcomes of the policy: excluded from rankings, power checks, pass rates and exports, "
+                    "and counted here"}
 
 
 def load_pairwise(store: Store, run_id: str) -> list[PairwiseOutcome]:

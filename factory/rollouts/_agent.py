@@ -47,11 +47,25 @@ ANSWER_SYSTEM_PROMPT = (
 
 
 class BranchStatus:
-    """Terminal statuses of a branch (strings, as stored)."""
+    """Terminal statuses of a branch (strings, as stored).
+
+    Agent outcomes — what the policy did, verified and counted: ``ok`` (it
+    answered), ``max_turns`` (it ran out of turns), ``invalid_action`` (it
+    asked for something it cannot do, e.g. a tool in a single-turn task).
+    Not outcomes — excluded and counted wherever a pass rate is used:
+    ``infra_error`` (the provider gave up after its retries or timed out, the
+    sandbox failed to start or died, a harness file was missing), with the
+    reason in ``error``; and ``error``, what runs before this split stored
+    for either kind, read conservatively as not an outcome.
+    """
 
     OK = "ok"
     MAX_TURNS = "max_turns"
+    INVALID_ACTION = "invalid_action"
+    INFRA_ERROR = "infra_error"
     ERROR = "error"
+    #: Statuses that say nothing about the policy: never verified as fails, excluded from every rate.
+    NOT_OUTCOMES = frozenset({INFRA_ERROR, ERROR})
 
 
 @dataclass(frozen=True)
@@ -180,9 +194,12 @@ class ToolCallingAgent:
                 if not response.tool_calls:
                     recorder.add(FinalAnswerEvent, answer=response.text, via="reply")
                     return AgentResult(BranchStatus.OK, response.text, messages, sequence, recorder.events, usage)
+                if sandbox is None:  # the policy called a tool where it has none: its own action, not our failure
+                    recorder.add(ErrorEvent, type="invalid_action",
+                                 message="tool call in a single-turn task (no tools were offered)")
+                    return AgentResult(BranchStatus.INVALID_ACTION, None, messages, sequence, recorder.events,
+                                       usage, error="tool call in a single-turn task")
                 for call in response.tool_calls:
-                    if sandbox is None:
-                        raise SandboxError("tool call in a branch without a sandbox")
                     recorder.add(ToolCallEvent, id=call.id, name=call.name, arguments=call.arguments, error=call.error)
                     outcome = await execute_tool(call, sandbox, self.config.tool_timeout_s)
                     summary = summarize_tool_output(outcome.output, max_bytes=self.config.summary_bytes)
@@ -198,6 +215,8 @@ class ToolCallingAgent:
             return AgentResult(BranchStatus.MAX_TURNS, None, messages, sequence, recorder.events, usage,
                                error=f"no answer after {self.config.max_turns} turns")
         except (ModelError, SandboxError, FactoryError) as exc:
+            # The provider gave up after its retries, the sandbox died: the infrastructure's failure, not the
+            # policy's (tool errors the policy caused come back to it as tool results, above).
             recorder.add(ErrorEvent, type=type(exc).__name__, message=str(exc))
-            return AgentResult(BranchStatus.ERROR, None, messages, sequence, recorder.events, usage,
+            return AgentResult(BranchStatus.INFRA_ERROR, None, messages, sequence, recorder.events, usage,
                                error=f"{type(exc).__name__}: {exc}")

@@ -32,10 +32,16 @@ from factory.errors import ConfigError, RunError
 from factory.models import ChatModel, Usage
 from factory.provenance import content_hash, git_sha, package_version
 from factory.rollouts._agent import AgentConfig, AgentResult, BranchStatus, ToolCallingAgent
-from factory.sandbox import SandboxLimits, SandboxSpec, create_sandbox, snapshot_workspace
+from factory.sandbox import SandboxLimits, SandboxSpec, WorkspaceFiles, create_sandbox, snapshot_of
 from factory.store import BranchEvent, BranchRecord, ErrorEvent, RunManifest, Store, WorkspaceSnapshot, utc_now
 from factory.tasks import Task, dataset_hash
-from factory.verifiers import BranchOutput, VerificationPipeline, objective_pass, verdict_events
+from factory.verifiers import (
+    BranchOutput,
+    VerificationPipeline,
+    objective_pass,
+    verdict_events,
+    verify_in_fresh_sandbox,
+)
 
 __all__ = [
     "BranchPrimer",
@@ -330,7 +336,8 @@ class RolloutForkRunner:
         return _stored_tasks(self.store, self.run_id)
 
     def _done(self, retry_errors: bool) -> set[tuple[str, int]]:
-        statuses = {BranchStatus.OK, BranchStatus.MAX_TURNS} | (set() if retry_errors else {BranchStatus.ERROR})
+        statuses = {BranchStatus.OK, BranchStatus.MAX_TURNS, BranchStatus.INVALID_ACTION} | (
+            set() if retry_errors else set(BranchStatus.NOT_OUTCOMES))
         frame = self.store.branches(self.run_id)
         return {
             (row["task_id"], row["branch_index"])
@@ -351,29 +358,33 @@ class RolloutForkRunner:
         rollout_id = self.rollout_id(task.id)
         session_id = f"{rollout_id}-b{index}-{uuid.uuid4().hex[:12]}"
         started = utc_now()
+        # Hidden tests are never in the agent's sandbox; they join only at verification.
         spec = SandboxSpec(files=task.files, readonly_files=task.tests, limits=self.config.limits)
         workspace: WorkspaceSnapshot | None = None
+        collected: WorkspaceFiles | None = None
         verdicts: list[Any] = []
-        needs_sandbox = not self.agent.single_turn(task) or (
-            self.pipeline is not None and self.pipeline.needs_sandbox(task))
         try:
-            if not needs_sandbox:
-                # No tools and no sandbox verifier, so no code runs: a sandbox would go unused.
+            if self.agent.single_turn(task):
+                # No tools, so no code of the policy's runs during its turn: no sandbox to start.
                 result = await self.agent.run(task, None, temperature=temperature, seed=seed, primer=primer)
-                if self.pipeline is not None:
-                    verdicts = await self.pipeline.verify(task, _output(result), None)
             else:
                 async with create_sandbox(self.config.sandbox, spec) as sandbox:
                     result = await self.agent.run(task, sandbox, temperature=temperature, seed=seed, primer=primer)
-                    if task.files or task.tests:
-                        workspace = await snapshot_workspace(sandbox, task)
-                    if self.pipeline is not None:
-                        verdicts = await self.pipeline.verify(task, _output(result), sandbox)
-        except Exception as exc:  # a sandbox that fails to start or close, or a bug: recorded, never lost
-            result = AgentResult(BranchStatus.ERROR, None, self.agent.opening(task), [], [
+                    if result.status not in BranchStatus.NOT_OUTCOMES:
+                        collected = await sandbox.collect_workspace()
+                        workspace = snapshot_of(collected, task)
+                # The agent's sandbox is closed: none of its processes outlive it into verification.
+        except Exception as exc:  # a sandbox that fails to start or close: the infrastructure's, recorded
+            result = AgentResult(BranchStatus.INFRA_ERROR, None, self.agent.opening(task), [], [
                 ErrorEvent(seq=0, ts=utc_now(), type=type(exc).__name__, message=str(exc))], Usage(),
                 error=f"{type(exc).__name__}: {exc}")
-            verdicts = []
+            collected = workspace = None
+        if self.pipeline is not None and result.status not in BranchStatus.NOT_OUTCOMES:
+            # Verified after the fact, in fresh sandboxes built from the final workspace (and the
+            # tests, hidden ones too, restored): never in the sandbox the policy's code ran in.
+            verdicts = await verify_in_fresh_sandbox(
+                self.pipeline, task, _output(result), self.config.sandbox, workspace,
+                files=None if collected is None else collected.files, limits=self.config.limits)
         events = result.events + verdict_events(verdicts, start_seq=len(result.events))  # none without verdicts
         return BranchResult(
             run_id=self.run_id, task_id=task.id, branch_index=index,
@@ -399,7 +410,7 @@ class RolloutForkRunner:
 
         Args:
             tasks: The run's tasks (default: as stored; :attr:`StoredRun.tasks` holds them too).
-            retry_errors: Also run again the branches that ended in ``error``.
+            retry_errors: Also run again the branches that are not outcomes (``infra_error``, old ``error``).
 
         Raises:
             RunError: The run does not exist, or was made from other tasks or with another model.
@@ -431,7 +442,7 @@ class RolloutForkRunner:
             seeds: Overrides ``config.seeds``.
             task_file: Where the tasks came from (recorded).
             resume: Continue an existing run: only unfinished branches run.
-            retry_errors: On resume, run branches that ended in ``error`` again.
+            retry_errors: On resume, run again the branches that are not outcomes (``infra_error``, old ``error``).
 
         Raises:
             RunError: Resuming a run that does not exist, or with different tasks or model.

@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from factory.sandbox._base import Sandbox, SandboxLimits, SandboxSpec
+from factory.sandbox._base import Sandbox, SandboxLimits, SandboxSpec, WorkspaceFiles
 from factory.store import WorkspaceSnapshot
 from factory.tasks import Task
 
-__all__ = ["snapshot_workspace", "workspace_spec"]
+__all__ = ["snapshot_of", "snapshot_workspace", "workspace_spec"]
 
 _MAX_FILE_BYTES = 256_000
 _MAX_TOTAL_BYTES = 2_000_000
@@ -21,23 +21,37 @@ _MAX_TOTAL_BYTES = 2_000_000
 
 async def snapshot_workspace(sandbox: Sandbox, task: Task) -> WorkspaceSnapshot:
     """Files that differ from the task's (text, size-capped) and task files that are gone."""
+    return snapshot_of(await sandbox.collect_workspace(), task)
+
+
+def snapshot_of(collected: WorkspaceFiles, task: Task) -> WorkspaceSnapshot:
+    """The stored change set of a collected workspace.
+
+    Files that differ from the task's, as text, size-capped; binary, oversized
+    and over-budget files are listed as skipped. Symbolic links and special
+    files (FIFOs, sockets, devices) are recorded as such, never followed or
+    opened, so a branch that leaves them behind is stored whole.
+    """
     originals = {**task.files, **task.tests}
-    present = await sandbox.list_files(".")
     changed: dict[str, str] = {}
-    skipped: list[str] = []
+    skipped: list[str] = list(collected.oversized)
     total = 0
-    for path in present:
-        text = await sandbox.read_file(path)
+    for path, data in sorted(collected.files.items()):
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            skipped.append(path)
+            continue
         if originals.get(path) == text:
             continue
-        size = len(text.encode("utf-8"))
-        if size > _MAX_FILE_BYTES or total + size > _MAX_TOTAL_BYTES or "\x00" in text:
+        if len(data) > _MAX_FILE_BYTES or total + len(data) > _MAX_TOTAL_BYTES or "\x00" in text:
             skipped.append(path)
             continue
         changed[path] = text
-        total += size
-    deleted = sorted(set(originals) - set(present))
-    return WorkspaceSnapshot(files=changed, deleted=deleted, skipped=skipped)
+        total += len(data)
+    present = set(collected.files) | set(collected.oversized) | set(collected.symlinks) | set(collected.special)
+    return WorkspaceSnapshot(files=changed, deleted=sorted(set(originals) - present), skipped=sorted(skipped),
+                             symlinks=dict(collected.symlinks), special=dict(collected.special))
 
 
 def workspace_spec(task: Task, workspace: WorkspaceSnapshot | Mapping[str, Any] | None,

@@ -21,20 +21,26 @@ MESSAGE_JSON_SHAPE = (
 def verdict_summary_sql(run_filter: str) -> str:
     """SQL: one row per verified branch, from each verifier's latest verdict (the one definition of these columns).
 
-    Columns: ``run_id, task_id, branch_index``; ``objective_pass`` (every latest non-judge verdict passed),
-    ``objective_score`` (their mean score), ``judge_score`` (the latest judge score, pass or fail only),
-    ``hack_detected`` (any verifier caught tampering), ``verifier_versions`` (sorted ``name@version``).
+    Columns: ``run_id, task_id, branch_index``; ``objective_pass`` (every latest non-judge verdict passed;
+    NULL when one of them is an ``error``: a verifier that crashed or could not run is the infrastructure's
+    failure, not an outcome), ``objective_score`` (their mean score, NULL likewise), ``judge_score`` (the
+    latest judge score, pass or fail only), ``hack_detected`` (any verifier caught tampering),
+    ``hack_suspected`` (the behaviour monitor saw a hack attempt), ``verifier_versions`` (sorted ``name@version``).
 
     Args:
         run_filter: A SQL condition on the ``verdicts`` table selecting the runs (e.g. ``run_id = $run``).
     """
     return f"""
         SELECT run_id, task_id, branch_index,
-               bool_and(status = 'pass') FILTER (WHERE verifier <> 'judge') AS objective_pass,
-               avg(score) FILTER (WHERE verifier <> 'judge') AS objective_score,
+               CASE WHEN bool_or(status = 'error') FILTER (WHERE verifier <> 'judge') THEN NULL
+                    ELSE bool_and(status = 'pass') FILTER (WHERE verifier <> 'judge') END AS objective_pass,
+               CASE WHEN bool_or(status = 'error') FILTER (WHERE verifier <> 'judge') THEN NULL
+                    ELSE avg(score) FILTER (WHERE verifier <> 'judge') END AS objective_score,
                max(score) FILTER (WHERE verifier = 'judge' AND status IN ('pass', 'fail')) AS judge_score,
                bool_or(coalesce(TRY_CAST(json_extract(details, '$.hack_detected') AS BOOLEAN), false))
                    AS hack_detected,
+               bool_or(coalesce(TRY_CAST(json_extract(details, '$.hack_suspected') AS BOOLEAN), false))
+                   AS hack_suspected,
                list_sort(list(verifier || '@' || version)) AS verifier_versions
         FROM (SELECT * FROM verdicts WHERE {run_filter}
               QUALIFY row_number() OVER (PARTITION BY run_id, task_id, branch_index, verifier
@@ -47,14 +53,25 @@ def verdict_summary_sql(run_filter: str) -> str:
 #: Row count of one table (the name is quoted by the caller from the store's own table list).
 TABLE_COUNT = 'SELECT count(*) AS n FROM "{table}"'
 
-#: $run: every branch with its arm fields and its verdict summary (null where unverified).
+#: Branch statuses that are not outcomes of the policy (``BranchStatus.NOT_OUTCOMES``): never ranked,
+#: exported or counted in a pass rate; counted apart instead.
+NOT_OUTCOMES = "('infra_error', 'error')"
+
+#: $run: every branch that is an outcome, with its arm fields and its verdict summary (null where unverified).
 BRANCH_RECORDS = f"""
     WITH v AS ({verdict_summary_sql("run_id = $run")})
     SELECT b.task_id, b.branch_index, b.temperature, b.seed, b.model, b.status,
-           v.objective_pass, v.objective_score, v.judge_score, coalesce(v.hack_detected, false) AS hack
+           v.objective_pass, v.objective_score, v.judge_score, coalesce(v.hack_detected, false) AS hack,
+           coalesce(v.hack_suspected, false) AS suspected
     FROM branches b LEFT JOIN v USING (run_id, task_id, branch_index)
-    WHERE b.run_id = $run
+    WHERE b.run_id = $run AND b.status NOT IN {NOT_OUTCOMES}
     ORDER BY b.task_id, b.branch_index
+    """
+
+#: ?: a run's branches that are not outcomes, by status and reason.
+EXCLUDED_BRANCHES = f"""
+    SELECT status, count(*) AS branches, list(DISTINCT split_part(coalesce(error, ''), ':', 1)) AS reasons
+    FROM branches WHERE run_id = ? AND status IN {NOT_OUTCOMES} GROUP BY status ORDER BY status
     """
 
 #: ?: a run's pairwise judge samples, both orders of a comparison next to each other.
@@ -73,26 +90,19 @@ LATEST_VERDICTS = """
     """
 
 #: ?, ?: the run id twice; per task: branch counts by status, tokens, cost, objective passes and hacks.
-TASK_SUMMARIES = """
-    WITH latest AS (
-        SELECT * FROM verdicts WHERE run_id = ?
-        QUALIFY row_number() OVER (PARTITION BY task_id, branch_index, verifier ORDER BY created_at DESC) = 1),
-    per_branch AS (
-        SELECT task_id, branch_index,
-               bool_and(status = 'pass') FILTER (WHERE verifier <> 'judge') AS objective_pass,
-               bool_or(coalesce(TRY_CAST(json_extract(details, '$.hack_detected') AS BOOLEAN), false)) AS hack
-        FROM latest GROUP BY ALL)
+TASK_SUMMARIES = f"""
+    WITH per_branch AS ({verdict_summary_sql("run_id = ?")})
     SELECT b.task_id, count(*) AS branches,
            count_if(status = 'ok')::BIGINT AS ok,
            count_if(status = 'max_turns')::BIGINT AS max_turns,
-           count_if(status = 'error')::BIGINT AS errors,
+           count_if(status IN ('infra_error', 'error'))::BIGINT AS errors,
            coalesce(sum(input_tokens), 0)::BIGINT AS input_tokens,
            coalesce(sum(output_tokens), 0)::BIGINT AS output_tokens,
            sum(cost_usd) AS cost_usd,
            count(v.objective_pass)::BIGINT AS verified,
            -- count_if over no verdicts at all (a --no-verify run) is NULL, not 0
            coalesce(count_if(v.objective_pass), 0)::BIGINT AS passed,
-           coalesce(count_if(v.hack), 0)::BIGINT AS hacks
+           coalesce(count_if(v.hack_detected), 0)::BIGINT AS hacks
     FROM branches b LEFT JOIN per_branch v USING (task_id, branch_index)
     WHERE b.run_id = ? GROUP BY b.task_id ORDER BY b.task_id
     """
@@ -120,7 +130,8 @@ SELECT p.run_id, p.task_id, p.branch_index, p.status, p.final_answer, p.model, p
            for m in list_slice(p.messages, 3, len(p.messages))]), 0)::BIGINT AS completion_chars,
        coalesce(mo.mode, 'single-turn') AS mode,
        v.objective_pass, coalesce(v.objective_score, 0.0) AS objective_score, v.judge_score,
-       coalesce(v.hack_detected, false) AS hack_detected, coalesce(v.verifier_versions, []) AS verifier_versions,
+       coalesce(v.hack_detected, false) AS hack_detected, coalesce(v.hack_suspected, false) AS hack_suspected,
+       coalesce(v.verifier_versions, []) AS verifier_versions,
        r.rank, r.reward, r.strength, r.ci_low, r.ci_high,
        t.prompt AS task_prompt, t.verifiers AS task_verifiers, t.spec AS task_spec
 FROM parsed p
@@ -128,6 +139,7 @@ LEFT JOIN modes mo USING (run_id, task_id, branch_index)
 LEFT JOIN verdict v USING (run_id, task_id, branch_index)
 LEFT JOIN rankings r USING (run_id, task_id, branch_index)
 LEFT JOIN tasks t USING (run_id, task_id)
+WHERE p.status NOT IN {NOT_OUTCOMES}
 ORDER BY p.run_id, p.task_id, p.branch_index
 """
 

@@ -128,12 +128,17 @@ class WorkspaceSnapshot(Record):
         files: Files that differ from the task's (text), by path.
         deleted: Task files that are gone.
         skipped: Changed files left out (too large, binary, past the total cap).
+        symlinks: Symbolic links left in the workspace (path -> target), recorded, never followed.
+        special: FIFOs, sockets and devices left in the workspace (path -> kind), never opened.
     """
 
-    schema_version: Literal[1] = 1
+    # 2: symlinks and special files recorded (a version-1 snapshot has none).
+    schema_version: Literal[1, 2] = 2
     files: dict[str, str] = Field(default_factory=dict)
     deleted: list[str] = Field(default_factory=list)
     skipped: list[str] = Field(default_factory=list)  # not recorded before snapshots capped files
+    symlinks: dict[str, str] = Field(default_factory=dict)
+    special: dict[str, str] = Field(default_factory=dict)
 
 
 # ------------------------------------------------------------------ judge samples

@@ -428,11 +428,12 @@ class Store:
         return self._select("rankings", "task_id, rank", run_id=run_id)
 
     def run_summaries(self) -> pl.DataFrame:
-        """One row per run with its counts: tasks, branches, errors, events, verdicts."""
+        """One row per run with its counts: tasks, branches, errors (infrastructure failures), events, verdicts."""
         return self._read(
-            """
+            f"""
             WITH t AS (SELECT run_id, count(*) AS tasks FROM tasks GROUP BY run_id),
-                 b AS (SELECT run_id, count(*) AS branches, count_if(status = 'error')::BIGINT AS errors
+                 b AS (SELECT run_id, count(*) AS branches,
+                              count_if(status IN {queries.NOT_OUTCOMES})::BIGINT AS errors
                        FROM branches GROUP BY run_id),
                  e AS (SELECT run_id, count(*) AS events FROM events GROUP BY run_id),
                  v AS (SELECT run_id, count(*) AS verdicts FROM verdicts GROUP BY run_id)
@@ -452,12 +453,20 @@ class Store:
         return {table: int(self._read(queries.TABLE_COUNT.format(table=table)).item())
                 for table in self.tables() if table != "factory_migrations"}
 
-    def branch_records(self, run_id: str) -> pl.DataFrame:
-        """Every branch of a run with its verdict summary, as the ranker reads it.
+    def excluded_branches(self, run_id: str) -> pl.DataFrame:
+        """A run's branches that are not outcomes of the policy (infrastructure failures), by status.
 
+        Columns: ``status``, ``branches`` (how many), ``reasons`` (the error types seen).
+        """
+        return self._read(queries.EXCLUDED_BRANCHES, [run_id])
+
+    def branch_records(self, run_id: str) -> pl.DataFrame:
+        """Every branch of a run that is an outcome, with its verdict summary, as the ranker reads it.
+
+        Infrastructure failures are left out (:meth:`excluded_branches` counts them).
         Columns: ``task_id, branch_index, temperature, seed, model, status``;
         ``objective_pass``, ``objective_score``, ``judge_score`` (null for a
-        branch with no such verdict) and ``hack`` (false when unverified), from
+        branch with no such verdict), ``hack`` and ``suspected`` (false when unverified), from
         each verifier's latest verdict (see
         :func:`~factory.store._queries.verdict_summary_sql`). Ordered by task
         and branch.

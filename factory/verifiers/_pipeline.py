@@ -9,11 +9,11 @@ new verifier version adds rows and keeps the old ones.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from factory.sandbox import Sandbox, create_sandbox, workspace_spec
+from factory.sandbox import Sandbox, SandboxLimits, SandboxSpec, create_sandbox, workspace_spec
 from factory.store import (
     BranchEvent,
     JudgeCallEvent,
@@ -98,17 +98,36 @@ class VerificationPipeline:
             chosen = [c for c in chosen if c.verify_method in self.only]
         return [c for c in chosen if self.verifier(c.verify_method) is not None]
 
-    def needs_sandbox(self, task: Task) -> bool:
-        """Whether any applicable verifier runs inside the branch's sandbox."""
-        return any(getattr(self.verifier(c.verify_method), "needs_sandbox", False) for c in self.criteria(task))
+    def needs_sandbox(self, task: Task, *, have_files: bool = False) -> bool:
+        """Whether any applicable verifier runs inside a sandbox holding the branch's workspace.
 
-    async def verify(self, task: Task, branch: BranchOutput, sandbox: Sandbox | None) -> list[Verdict]:
-        """Every applicable verdict for one branch; never raises."""
+        Args:
+            task: The task.
+            have_files: The branch's final files are at hand (a verifier that builds
+                sandboxes of its own from them, as the isolated tests run does, then needs none).
+        """
+        for criterion in self.criteria(task):
+            verifier = self.verifier(criterion.verify_method)
+            wants = getattr(verifier, "sandbox_needed", None)
+            if wants(task, have_files) if wants is not None else getattr(verifier, "needs_sandbox", False):
+                return True
+        return False
+
+    async def verify(self, task: Task, branch: BranchOutput, sandbox: Sandbox | None,
+                     workspace: Mapping[str, str | bytes] | None = None) -> list[Verdict]:
+        """Every applicable verdict for one branch; never raises.
+
+        Args:
+            task: The task.
+            branch: What the verifiers look at of the branch.
+            sandbox: A sandbox holding the branch's workspace, where one is needed.
+            workspace: The branch's final files, where the caller collected them.
+        """
         verdicts = []
         for criterion in self.criteria(task):
             verifier = self.verifier(criterion.verify_method)
             assert verifier is not None
-            verdicts.append(await run_verifier(verifier, VerifyContext(task, branch, criterion, sandbox)))
+            verdicts.append(await run_verifier(verifier, VerifyContext(task, branch, criterion, sandbox, workspace)))
         return verdicts
 
     async def aclose(self) -> None:
@@ -150,6 +169,8 @@ async def verify_in_fresh_sandbox(
     workspace: WorkspaceSnapshot | None = None,
     *,
     replay: Callable[[Sandbox], Awaitable[BranchOutput | None]] | None = None,
+    files: Mapping[str, bytes] | None = None,
+    limits: SandboxLimits | None = None,
 ) -> list[Verdict]:
     """Verify a branch outside of its own run: in a new sandbox rebuilt from the task and the branch's changes.
 
@@ -166,16 +187,26 @@ async def verify_in_fresh_sandbox(
         workspace: The branch's changes (a snapshot), None for the task's own files.
         replay: What the branch did, carried out in the sandbox before verifying (its commands, its tool
             calls); it may return the output to verify instead of ``output`` (an answer it submitted).
+        files: The branch's whole final workspace, collected before its sandbox closed (the fork
+            runner has it; a stored branch has only its snapshot). The sandbox then holds these files
+            with every test file, hidden ones too, restored read-only from the task, and the
+            verifiers see the files as the branch left them (tamper checks included).
+        limits: Limits of the new sandbox (default ones if None).
 
     Returns:
         Every applicable verdict (never raises for a verifier's failure; see :meth:`VerificationPipeline.verify`).
     """
-    if replay is None and not pipeline.needs_sandbox(task):
-        return await pipeline.verify(task, output, None)
-    async with create_sandbox(sandbox_name, workspace_spec(task, workspace)) as sandbox:
+    if replay is None and not pipeline.needs_sandbox(task, have_files=files is not None):
+        return await pipeline.verify(task, output, None, files)
+    if files is None:
+        spec = workspace_spec(task, workspace, limits)
+    else:
+        spec = SandboxSpec(files={p: c for p, c in files.items() if p not in task.all_tests},
+                           readonly_files=task.all_tests, limits=limits or SandboxLimits())
+    async with create_sandbox(sandbox_name, spec) as sandbox:
         if replay is not None:
             output = await replay(sandbox) or output
-        return await pipeline.verify(task, output, sandbox)
+        return await pipeline.verify(task, output, sandbox, files)
 
 
 def _judgment_row(run_id: str, task_id: str, branch_index: int, verdict: Verdict,

@@ -343,6 +343,11 @@ class TestsVerifier:
         # An untouched task that cannot even collect (no starter file yet) is no baseline to keep.
         return None if report.collection_errors else report
 
+    def sandbox_needed(self, task: Task, have_files: bool) -> bool:
+        """A sandbox holding the branch's workspace is needed only to read its files from: the runs
+        themselves (isolated, in-process, exit code) start sandboxes of their own."""
+        return not have_files
+
     async def __call__(self, ctx: VerifyContext) -> Verdict:
         task, sandbox = ctx.task, ctx.sandbox
         command = ctx.criterion.arg or task.effective_test_command

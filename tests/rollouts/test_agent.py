@@ -95,5 +95,5 @@ def test_bad_tool_calls_are_reported_to_the_model_not_fatal(replay_file):
 def test_model_failure_is_an_error_result_not_an_exception(replay_file):
     entries = [{"prompt_contains": "something else entirely", "response": {"text": "x"}}]
     result, _ = run_agent(ADD, entries, replay_file)
-    assert result.status == BranchStatus.ERROR and "ReplayMissError" in result.error
+    assert result.status == BranchStatus.INFRA_ERROR and "ReplayMissError" in result.error
     assert result.events[-1].kind == "error"

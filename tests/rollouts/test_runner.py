@@ -70,22 +70,40 @@ def test_runs_every_branch_in_its_own_sandbox_and_stores_it(tmp_path, replay_fil
 
 
 def test_model_and_sandbox_errors_are_recorded_never_lost(tmp_path, replay_file, monkeypatch):
-    model = create_model(f"replay:{replay_file(ANSWERS)}")  # no entries for the factorial task
+    """Infrastructure failures are stored whole, and never appear as the policy's failures anywhere."""
+    from factory.memory import candidates_from_run
+    from factory.ranking import RolloutRanker, load_records
+    from factory.ranking._records import excluded_branches
+    from factory.verifiers import VerificationPipeline
+
+    model = create_model(f"replay:{replay_file(ANSWERS)}")  # no entries for the factorial task: the provider fails
     with Store.open(tmp_path / "run.duckdb") as store:
-        runner = RolloutForkRunner(model, store, ForkConfig(branches=2, sandbox="bwrap"), run_id="r1")
+        runner = RolloutForkRunner(model, store, ForkConfig(branches=2, sandbox="bwrap"), run_id="r1",
+                                   pipeline=VerificationPipeline())
         collect(runner, [ADD, FACTORIAL])
         statuses = dict(store.query(
             "SELECT task_id, list(status ORDER BY branch_index) FROM branches GROUP BY 1").iter_rows())
-        assert statuses == {"add": ["ok", "ok"], "fix-factorial": ["error", "error"]}
+        assert statuses == {"add": ["ok", "ok"], "fix-factorial": ["infra_error", "infra_error"]}
         errors = store.branches("r1", "fix-factorial")["error"].to_list()
         assert all("ReplayMissError" in e for e in errors)
-        # a sandbox that cannot start: every branch recorded as an error, with the reason
+        # never verified, so never a failing verdict; not a record to rank, pair, power-check or remember
+        assert store.verdicts("r1")["task_id"].unique().to_list() == ["add"]
+        assert {r.task_id for r in load_records(store, "r1")} == {"add"}
+        assert {r.task_id for r in RolloutRanker().rank(load_records(store, "r1")).ranked} == {"add"}
+        assert excluded_branches(store, "r1")["infra_failures"] == 2
+        infra = [c for c in candidates_from_run(store, "r1") if c.task_id == "fix-factorial"]
+        assert infra and all(c.infra_error and c.objective_score is None for c in infra)
+        assert store.task_summaries("r1").filter(pl.col("task_id") == "fix-factorial").select(
+            "errors", "verified", "passed").row(0) == (2, 0, 0)
+        # a sandbox that cannot start: every branch recorded as an infrastructure failure, with the reason
         monkeypatch.setenv("PATH", "/nonexistent")
-        runner = RolloutForkRunner(model, store, ForkConfig(branches=2, sandbox="bwrap"), run_id="r2")
+        runner = RolloutForkRunner(model, store, ForkConfig(branches=2, sandbox="bwrap"), run_id="r2",
+                                   pipeline=VerificationPipeline())
         collect(runner, [FACTORIAL])
         rows = store.branches("r2")
-        assert rows["status"].to_list() == ["error", "error"]
+        assert rows["status"].to_list() == ["infra_error", "infra_error"]
         assert all("apt-get install bubblewrap" in e for e in rows["error"].to_list())
+        assert store.verdicts("r2").is_empty() and load_records(store, "r2") == []
 
 
 def test_resume_runs_only_unfinished_branches(tmp_path, replay_file):
