@@ -21,7 +21,7 @@ from factory.verifiers._calibration import (
     self_agreement,
     swap_inconsistency,
 )
-from factory.verifiers._judge import JudgeBudget, JudgeSameAsPolicyWarning, ScalarLLMJudgeVerifier
+from factory.verifiers._judge import JudgeSameAsPolicyWarning, ScalarLLMJudgeVerifier
 from factory.verifiers._monitor import (
     MONITOR_RULES,
     MONITOR_VERSION,
@@ -60,7 +60,6 @@ __all__ = [
     "Criterion",
     "GoldenCase",
     "JsonSchemaVerifier",
-    "JudgeBudget",
     "JudgeSameAsPolicyWarning",
     "MonitorConfig",
     "MonitorFinding",
