@@ -35,7 +35,7 @@ from factory.sandbox._docker import docker_available
 from factory.sandbox._host import HostWorkspace, host_file_call, processes_of, run_limited, sandbox_environment
 from factory.sandbox._none import NoSandbox, NoSandboxWarning
 from factory.sandbox._summarize import summarize_tool_output
-from factory.sandbox._workspace import snapshot_of, snapshot_workspace, workspace_spec
+from factory.sandbox._workspace import snapshot_of, workspace_spec
 
 __all__ = [
     "CHECKS",
@@ -67,7 +67,6 @@ __all__ = [
     "sandbox_names",
     "self_check",
     "snapshot_of",
-    "snapshot_workspace",
     "summarize_tool_output",
     "workspace_spec",
 ]

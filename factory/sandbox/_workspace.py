@@ -9,19 +9,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from factory.sandbox._base import Sandbox, SandboxLimits, SandboxSpec, WorkspaceFiles
+from factory.sandbox._base import SandboxLimits, SandboxSpec, WorkspaceFiles
 from factory.store import WorkspaceSnapshot
 from factory.tasks import Task
 
-__all__ = ["snapshot_of", "snapshot_workspace", "workspace_spec"]
+__all__ = ["snapshot_of", "workspace_spec"]
 
 _MAX_FILE_BYTES = 256_000
 _MAX_TOTAL_BYTES = 2_000_000
-
-
-async def snapshot_workspace(sandbox: Sandbox, task: Task) -> WorkspaceSnapshot:
-    """Files that differ from the task's (text, size-capped) and task files that are gone."""
-    return snapshot_of(await sandbox.collect_workspace(), task)
 
 
 def snapshot_of(collected: WorkspaceFiles, task: Task) -> WorkspaceSnapshot:
