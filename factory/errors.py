@@ -24,7 +24,8 @@ traceback only for exceptions outside this tree, which are bugs.
     │   ├── ProviderServerError       exit 1   5xx: retried with backoff
     │   ├── ProviderTimeoutError      exit 1   timeout / connection error: retried with backoff
     │   ├── ProviderRequestError      exit 1   4xx other than 429: not retried
-    │   ├── MalformedResponseError    exit 1   a body that is not the protocol: not retried
+    │   ├── MalformedResponseError    exit 1   a body that is not the protocol (cut off, say): retried with backoff
+    │   ├── ProviderExhaustedError    exit 1   retries or the request timeout used up: the infrastructure failed
     │   └── ReplayMissError           exit 1   replay: no recorded response for a request
     ├── RunError                      exit 1   a fork run cannot start or resume
     └── ExportError                   exit 1   an export cannot be made (no such run, nothing to export)
@@ -44,6 +45,7 @@ __all__ = [
     "MigrationError",
     "ModelConfigError",
     "ModelError",
+    "ProviderExhaustedError",
     "ProviderRequestError",
     "ProviderServerError",
     "ProviderTimeoutError",
@@ -200,7 +202,32 @@ class ProviderRequestError(ModelError):
 
 
 class MalformedResponseError(ModelError):
-    """The response body does not follow the provider's protocol."""
+    """The response body does not follow the provider's protocol.
+
+    A body cut off in transit or a proxy's error page is a transient fault of
+    the provider's side, like a 5xx, so it is retried.
+    """
+
+    retryable = True
+
+
+class ProviderExhaustedError(ModelError):
+    """The provider kept failing until the retries ran out: the infrastructure failed, not the model's answer.
+
+    Raised by :class:`~factory.models.ResilientModel` when a retryable fault
+    (429, 5xx, a timeout, a malformed body) is still there after the last
+    attempt. A branch that ends on it is an infrastructure failure, never an
+    agent outcome.
+
+    Attributes:
+        last_error: The fault of the last attempt.
+        attempts: Attempts made.
+    """
+
+    def __init__(self, message: str, *, last_error: ModelError, attempts: int):
+        super().__init__(message)
+        self.last_error = last_error
+        self.attempts = attempts
 
 
 class ReplayMissError(ModelError):

@@ -6,6 +6,7 @@ errors into the :class:`~factory.errors.ModelError` tree.
 
 from factory.models import _anthropic, _hf, _local, _openai, _replay, _vllm  # noqa: F401  (registration)
 from factory.models._base import (
+    DEFAULT_REQUEST_TIMEOUT_S,
     MODELS,
     ChatModel,
     ChatResponse,
@@ -14,6 +15,7 @@ from factory.models._base import (
     ToolCall,
     ToolSpec,
     Usage,
+    check_base_url,
     create_model,
     model_prefixes,
     register_model,
@@ -27,6 +29,7 @@ from factory.models._text_tools import parse_text_tool_calls, render_chat_templa
 from factory.models._weights import DEFAULT_WEIGHTS, GGUFWeights, ensure_weights
 
 __all__ = [
+    "DEFAULT_REQUEST_TIMEOUT_S",
     "DEFAULT_WEIGHTS",
     "MODELS",
     "AdaptiveLimiter",
@@ -42,6 +45,7 @@ __all__ = [
     "ToolCall",
     "ToolSpec",
     "Usage",
+    "check_base_url",
     "cost_usd",
     "create_model",
     "ensure_weights",

@@ -21,7 +21,7 @@ from factory.models._base import (
     Usage,
     register_model,
 )
-from factory.models._http_errors import sdk_errors
+from factory.models._http_errors import sdk_errors, within_timeout
 from factory.models._pricing import cost_usd
 
 __all__ = ["AnthropicChatModel", "to_anthropic_messages"]
@@ -72,6 +72,7 @@ class AnthropicChatModel:
             api_key=api_key or "not-needed", base_url=options.base_url, max_retries=0, timeout=options.timeout_s)
         self.model = model
         self.spec = f"anthropic:{model}"
+        self.timeout_s = options.timeout_s
 
     async def chat(
         self,
@@ -91,7 +92,7 @@ class AnthropicChatModel:
             request["tools"] = [{"name": t.name, "description": t.description, "input_schema": dict(t.parameters)}
                                 for t in tools]
         with sdk_errors(self._anthropic, "anthropic"):
-            reply = await self._client.messages.create(**request)
+            reply = await within_timeout(self._client.messages.create(**request), self.timeout_s, "anthropic")
         return self._parse(reply)
 
     def _parse(self, reply: Any) -> ChatResponse:

@@ -10,14 +10,17 @@ their wire formats at the boundary.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
+from urllib.parse import urlsplit
 
 from factory.errors import ModelConfigError
 from factory.registry import Registry
 
 __all__ = [
+    "DEFAULT_REQUEST_TIMEOUT_S",
     "MODELS",
     "ChatModel",
     "ChatResponse",
@@ -26,6 +29,7 @@ __all__ = [
     "ToolCall",
     "ToolSpec",
     "Usage",
+    "check_base_url",
     "create_model",
     "model_prefixes",
     "register_model",
@@ -165,25 +169,56 @@ class ChatModel(Protocol):
         ...
 
 
+#: Seconds one call to a model server may take before it is abandoned (and retried): ``--request-timeout``.
+DEFAULT_REQUEST_TIMEOUT_S = 60.0
+
+
+def check_base_url(url: str) -> str:
+    """``url`` if it is an ``http(s)://HOST[...]`` server URL.
+
+    Without a scheme an SDK reads ``127.0.0.1:8000/v1`` as a relative path and
+    every call fails as a connection error, retried for minutes; it is refused
+    here instead.
+
+    Raises:
+        ModelConfigError: No ``http://`` or ``https://`` scheme, or no host.
+    """
+    parsed = urlsplit(url)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise ModelConfigError(f"base URL {url!r} is not an http(s) URL: write it with its scheme, "
+                               "e.g. http://127.0.0.1:8000/v1")
+    return url
+
+
 @dataclass(frozen=True)
 class ModelOptions:
     """Provider settings from the command line or config.
 
     Attributes:
-        base_url: Server URL for OpenAI-compatible (or Anthropic) endpoints.
+        base_url: Server URL for OpenAI-compatible (or Anthropic) endpoints (``http(s)://...``).
         api_key: Key; default from the provider's usual environment variable.
-        timeout_s: Per-request timeout.
+        timeout_s: Seconds one call to a model server may take, whole; past it the
+            call is abandoned as a retryable :class:`~factory.errors.ProviderTimeoutError`.
         threads: CPU threads for in-process engines.
         context: Context window for in-process engines.
         extra: Provider-specific settings.
+
+    Raises:
+        ModelConfigError: A base URL without its scheme, or a timeout that is not a positive number.
     """
 
     base_url: str | None = None
     api_key: str | None = None
-    timeout_s: float = 120.0
+    timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
     threads: int | None = None
     context: int = 4096
     extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.base_url is not None:
+            check_base_url(self.base_url)
+        if not (isinstance(self.timeout_s, (int, float)) and math.isfinite(self.timeout_s) and self.timeout_s > 0):
+            raise ModelConfigError(f"request timeout must be a positive number of seconds, got {self.timeout_s!r}")
 
 
 #: Model providers by prefix (``openai``, ``replay``, ...); :func:`register_model` adds one.

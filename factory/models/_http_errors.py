@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Awaitable, Iterator, Mapping
 from types import ModuleType
+from typing import TypeVar
 
 from factory.errors import (
     MalformedResponseError,
@@ -15,7 +17,9 @@ from factory.errors import (
     RateLimitError,
 )
 
-__all__ = ["error_for_status", "retry_after_seconds", "sdk_errors"]
+__all__ = ["error_for_status", "retry_after_seconds", "sdk_errors", "within_timeout"]
+
+T = TypeVar("T")
 
 
 def retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:
@@ -61,3 +65,20 @@ def sdk_errors(sdk: ModuleType, provider: str) -> Iterator[None]:
         raise ProviderTimeoutError(f"{provider}: connection failed: {exc}") from exc
     except (sdk.APIResponseValidationError, ValueError, TypeError) as exc:
         raise MalformedResponseError(f"{provider}: malformed response: {exc}") from exc
+
+
+async def within_timeout(call: Awaitable[T], timeout_s: float, provider: str) -> T:
+    """Await one call to a provider, abandoning it once it has taken ``timeout_s`` seconds in all.
+
+    The SDKs' own timeouts bound each network read, so a server that trickles
+    bytes (or a proxy that holds the connection open) can keep a call going
+    far longer; this bounds the whole call.
+
+    Raises:
+        ProviderTimeoutError: The call took longer (retryable: a retry may find the server answering).
+    """
+    try:
+        return await asyncio.wait_for(call, timeout_s)
+    except asyncio.TimeoutError:
+        raise ProviderTimeoutError(f"{provider}: request timed out after {timeout_s:g} s (--request-timeout); "
+                                   "the call was abandoned") from None

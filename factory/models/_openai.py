@@ -22,7 +22,7 @@ from factory.models._base import (
     Usage,
     register_model,
 )
-from factory.models._http_errors import sdk_errors
+from factory.models._http_errors import sdk_errors, within_timeout
 from factory.models._pricing import cost_usd
 
 __all__ = ["OpenAIChatModel", "to_openai_messages"]
@@ -77,6 +77,7 @@ class OpenAIChatModel:
             api_key=api_key or "not-needed", base_url=options.base_url, max_retries=0, timeout=options.timeout_s)
         self.model = model
         self.spec = f"openai:{model}"
+        self.timeout_s = options.timeout_s
 
     async def chat(
         self,
@@ -96,7 +97,7 @@ class OpenAIChatModel:
         if tools:
             request["tools"] = [tool.openai_schema() for tool in tools]
         with sdk_errors(self._openai, "openai"):
-            completion = await self._client.chat.completions.create(**request)
+            completion = await within_timeout(self._client.chat.completions.create(**request), self.timeout_s, "openai")
         return self._parse(completion)
 
     def _parse(self, completion: Any) -> ChatResponse:

@@ -1,8 +1,12 @@
 """Retries with capped exponential backoff and jitter, and a concurrency limit that shrinks on 429.
 
 :class:`ResilientModel` wraps any :class:`ChatModel`. Providers only translate
-their SDK's errors into ours (``retryable`` says whether to try again); the
-policy lives here once, for every provider.
+their SDK's errors into ours (``retryable`` says whether to try again) and
+abandon a call past their request timeout (a retryable
+:class:`~factory.errors.ProviderTimeoutError`); the policy lives here once,
+for every provider. When the retries run out it raises
+:class:`~factory.errors.ProviderExhaustedError`, so a caller can tell "the
+provider gave up" from an answer or a request the provider refused.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from factory.errors import ModelError, RateLimitError
+from factory.errors import ModelError, ProviderExhaustedError, RateLimitError
 from factory.models._base import ChatModel, ChatResponse, Message, ToolSpec
 
 __all__ = ["AdaptiveLimiter", "ResilientModel", "RetryPolicy"]
@@ -92,6 +96,11 @@ class AdaptiveLimiter:
 class ResilientModel:
     """A model wrapper adding retries and adaptive concurrency.
 
+    A retryable fault (429, 5xx, a timeout, a malformed body) is retried with
+    backoff; one that is still there after ``policy.max_attempts`` attempts
+    raises :class:`~factory.errors.ProviderExhaustedError` carrying it. Other
+    model errors (a refused request, a replay miss) are raised at once.
+
     Attributes:
         spec: The wrapped model's spec.
         retries: Retries made so far (for summaries and tests).
@@ -138,8 +147,12 @@ class ResilientModel:
                     self.rate_limited += 1
                     if self.limiter is not None:
                         await self.limiter.on_rate_limit()
-                if not exc.retryable or attempt >= self.policy.max_attempts:
+                if not exc.retryable:
                     raise
+                if attempt >= self.policy.max_attempts:
+                    raise ProviderExhaustedError(
+                        f"{self.spec}: gave up after {attempt} attempt{'s' if attempt != 1 else ''}; "
+                        f"last: {type(exc).__name__}: {exc}", last_error=exc, attempts=attempt) from exc
                 self.retries += 1
                 await asyncio.sleep(self.policy.delay(attempt, self._rng, exc.retry_after))
                 continue

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from factory.models import ModelOptions, ResilientModel, create_model
+from factory.models import DEFAULT_REQUEST_TIMEOUT_S, ModelOptions, ResilientModel, create_model
 from factory.sandbox import SandboxLimits
 from factory.verifiers._judge import JudgeBudget, ScalarLLMJudgeVerifier
 from factory.verifiers._pipeline import VerificationPipeline
@@ -13,7 +13,8 @@ __all__ = ["build_pipeline"]
 
 def build_pipeline(sandbox: str, limits: SandboxLimits | None = None, *, policy_spec: str | None = None,
                    judge_spec: str | None = None, judge_samples: int = 3, judge_budget: int | None = None,
-                   base_url: str | None = None, hack_penalty: float = 0.4) -> VerificationPipeline:
+                   base_url: str | None = None, hack_penalty: float = 0.4,
+                   request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S) -> VerificationPipeline:
     """The pipeline ``factory fork`` and ``factory verify`` verify branches with.
 
     The tests verifier gets the run's sandbox backend and limits (its
@@ -30,6 +31,7 @@ def build_pipeline(sandbox: str, limits: SandboxLimits | None = None, *, policy_
         judge_budget: Cap on judge calls (None: no cap).
         base_url: Server URL for the judge model.
         hack_penalty: Subtracted from the tests score when tampering is detected.
+        request_timeout_s: Longest one judge call may take before it is abandoned and retried.
 
     Warns:
         JudgeSameAsPolicyWarning: The judge is the policy model (callers show it to the user).
@@ -38,7 +40,7 @@ def build_pipeline(sandbox: str, limits: SandboxLimits | None = None, *, policy_
     verifiers = {"tests": TestsVerifier(penalty=hack_penalty, timeout_s=max(120.0, limits.timeout_s),
                                         reference_sandbox=sandbox, limits=limits)}
     if judge_spec:
-        judge = ResilientModel(create_model(judge_spec, ModelOptions(base_url=base_url)))
+        judge = ResilientModel(create_model(judge_spec, ModelOptions(base_url=base_url, timeout_s=request_timeout_s)))
         verifiers["judge"] = ScalarLLMJudgeVerifier(
             judge, k=judge_samples, budget=JudgeBudget(judge_budget) if judge_budget is not None else None,
             policy_spec=policy_spec)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,8 @@ import pytest
 
 from factory.errors import (
     MalformedResponseError,
+    ModelConfigError,
+    ProviderExhaustedError,
     ProviderRequestError,
     ProviderServerError,
     ProviderTimeoutError,
@@ -305,9 +309,11 @@ def test_server_errors_give_up_after_max_attempts(provider: str, server: WireSer
     server.push(*[Reply.error(500)] * 3, Reply.ok("too late"))
     model = ResilientModel(make_model(provider, server), RetryPolicy(max_attempts=3, base_s=0.01, cap_s=0.05))
 
-    with pytest.raises(ProviderServerError):
+    with pytest.raises(ProviderExhaustedError) as caught:
         chat(model)
 
+    assert isinstance(caught.value.last_error, ProviderServerError) and caught.value.attempts == 3
+    assert "gave up after 3 attempts" in str(caught.value) and "HTTP 500" in str(caught.value)
     assert model.retries == 2
     assert len(server.requests) == 3
 
@@ -335,18 +341,51 @@ MALFORMED = [
 
 
 @pytest.mark.parametrize(("provider", "reply"), MALFORMED)
-def test_malformed_body_is_malformed_response_error_and_not_retried(provider: str, reply: Reply,
-                                                                    server: WireServer) -> None:
-    server.push(reply, Reply.ok("should not be fetched"))
-    model = ResilientModel(make_model(provider, server), FAST)
+def test_malformed_body_is_a_retryable_malformed_response_error(provider: str, reply: Reply,
+                                                                server: WireServer) -> None:
+    server.push(reply)
 
     with pytest.raises(MalformedResponseError) as caught:
+        chat(make_model(provider, server))
+
+    assert caught.value.retryable  # a transient fault of the provider's side, like a 5xx
+    assert caught.value.args[0].startswith(f"{provider}:")
+    assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize(("provider", "reply"), MALFORMED)
+def test_malformed_body_then_a_good_one_recovers_on_retry(provider: str, reply: Reply, server: WireServer) -> None:
+    server.push(reply, Reply.ok("made it"))
+    model = ResilientModel(make_model(provider, server), FAST)
+
+    assert chat(model).text == "made it"
+    assert model.retries == 1
+    assert len(server.requests) == 2
+    assert server.bodies[0] == server.bodies[1]  # the same request, sent again
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_200_cut_off_in_transit_recovers_on_retry(provider: str, server: WireServer) -> None:
+    # The status line and headers arrive, then the connection closes 20 bytes into the JSON body.
+    server.push(replace(Reply.ok("lost"), cut_at=20), Reply.ok("made it"))
+    model = ResilientModel(make_model(provider, server), FAST)
+
+    assert chat(model).text == "made it"
+    assert model.retries == 1
+    assert [r.status for r in server.requests] == [200, 200]
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_body_that_stays_malformed_gives_up_as_provider_exhausted(provider: str, server: WireServer) -> None:
+    server.set_default(Reply.raw('{"choices": ['))
+    model = ResilientModel(make_model(provider, server), RetryPolicy(max_attempts=3, base_s=0.01, cap_s=0.05))
+
+    with pytest.raises(ProviderExhaustedError) as caught:
         chat(model)
 
+    assert isinstance(caught.value.last_error, MalformedResponseError)
     assert not caught.value.retryable
-    assert caught.value.args[0].startswith(f"{provider}:")
-    assert model.retries == 0
-    assert len(server.requests) == 1
+    assert len(server.requests) == 3
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
@@ -377,6 +416,19 @@ def test_unreachable_server_is_a_retryable_timeout_error(provider: str) -> None:
     assert caught.value.retryable
 
 
+@pytest.mark.parametrize("url", ["127.0.0.1:8000/v1", "localhost:8000", "ftp://127.0.0.1/v1", "http://", "/v1"])
+def test_a_base_url_that_is_not_an_http_url_is_refused_before_any_call(url: str) -> None:
+    # Without a scheme the SDK reads it as a path: every call would fail as a "connection error", retried for minutes.
+    with pytest.raises(ModelConfigError, match="not an http"):
+        ModelOptions(base_url=url)
+
+
+@pytest.mark.parametrize("timeout_s", [0, -5, float("nan"), float("inf")])
+def test_a_request_timeout_that_is_not_a_positive_number_is_refused(timeout_s: float) -> None:
+    with pytest.raises(ModelConfigError, match="request timeout"):
+        ModelOptions(timeout_s=timeout_s)
+
+
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_slow_server_is_a_retryable_timeout_error(provider: str, server: WireServer) -> None:
     server.set_delay(1.0)
@@ -387,6 +439,42 @@ def test_slow_server_is_a_retryable_timeout_error(provider: str, server: WireSer
 
     assert caught.value.retryable
     assert "timed out" in str(caught.value)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("stall", [
+    pytest.param({"delay_s": 5.0}, id="hung"),
+    # a byte every 0.25 s: no read ever waits long enough for the SDK's own timeout, yet the body never ends
+    pytest.param({"trickle_s": 0.25}, id="trickling"),
+])
+def test_a_call_past_the_request_timeout_is_abandoned_and_retried(provider: str, stall: dict[str, float],
+                                                                  server: WireServer) -> None:
+    server.push(replace(Reply.ok("stuck"), **stall), Reply.ok("made it"))
+    model = ResilientModel(make_model(provider, server, timeout_s=1.0), FAST)
+
+    started = time.monotonic()
+    response = chat(model)
+    elapsed = time.monotonic() - started
+
+    assert response.text == "made it"
+    assert model.retries == 1 and len(server.requests) == 2
+    assert 0.9 < elapsed < 4.0  # one request timeout, then a prompt answer; never the stalled reply's time
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_server_that_stays_hung_gives_up_within_the_timeouts(provider: str, server: WireServer) -> None:
+    server.set_default(replace(Reply.ok("stuck"), trickle_s=0.25))
+    model = ResilientModel(make_model(provider, server, timeout_s=0.5),
+                           RetryPolicy(max_attempts=2, base_s=0.01, cap_s=0.05))
+
+    started = time.monotonic()
+    with pytest.raises(ProviderExhaustedError) as caught:
+        chat(model)
+
+    assert time.monotonic() - started < 3.0  # two abandoned calls of 0.5 s, not the minutes the body would take
+    assert isinstance(caught.value.last_error, ProviderTimeoutError)
+    assert "--request-timeout" in str(caught.value)
+    assert len(server.requests) == 2
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)

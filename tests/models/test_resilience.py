@@ -12,10 +12,12 @@ import pytest
 
 from factory.errors import (
     MalformedResponseError,
+    ProviderExhaustedError,
     ProviderRequestError,
     ProviderServerError,
     ProviderTimeoutError,
     RateLimitError,
+    ReplayMissError,
 )
 from factory.models import AdaptiveLimiter, ChatModel, ChatResponse, ResilientModel, RetryPolicy
 
@@ -61,7 +63,8 @@ def test_a_resilient_model_is_a_chat_model_with_the_inner_spec():
     assert isinstance(model, ChatModel) and model.spec == "scripted:model"
 
 
-@pytest.mark.parametrize("error", [RateLimitError("429"), ProviderServerError("503"), ProviderTimeoutError("slow")])
+@pytest.mark.parametrize("error", [RateLimitError("429"), ProviderServerError("503"), ProviderTimeoutError("slow"),
+                                   MalformedResponseError("cut-off body")])
 def test_retryable_errors_are_retried_until_an_answer(error):
     inner = Scripted(error, error, "answer")
     model = ResilientModel(inner, FAST)
@@ -71,7 +74,7 @@ def test_retryable_errors_are_retried_until_an_answer(error):
     assert inner.calls[0]["seed"] == 5 and inner.calls[0]["max_tokens"] == 9
 
 
-@pytest.mark.parametrize("error", [ProviderRequestError("400"), MalformedResponseError("bad body")])
+@pytest.mark.parametrize("error", [ProviderRequestError("400"), ReplayMissError("no recorded response")])
 def test_errors_a_retry_cannot_fix_are_raised_at_once(error):
     inner = Scripted(error, "never reached")
     model = ResilientModel(inner, FAST)
@@ -80,12 +83,17 @@ def test_errors_a_retry_cannot_fix_are_raised_at_once(error):
     assert model.retries == 0 and len(inner.calls) == 1
 
 
-def test_retries_stop_after_max_attempts():
-    inner = Scripted(*[ProviderServerError("503")] * 10)
+def test_retries_stop_after_max_attempts_with_the_provider_exhausted():
+    last = ProviderServerError("503 again")
+    inner = Scripted(*[ProviderServerError("503")] * (FAST.max_attempts - 1), last, "never reached")
     model = ResilientModel(inner, FAST)
-    with pytest.raises(ProviderServerError):
+    with pytest.raises(ProviderExhaustedError) as caught:
         ask(model)
     assert len(inner.calls) == FAST.max_attempts and model.retries == FAST.max_attempts - 1
+    # the last fault is carried, so the branch's reason says what the provider kept doing
+    assert caught.value.last_error is last and caught.value.attempts == FAST.max_attempts
+    assert caught.value.__cause__ is last
+    assert str(caught.value) == "scripted:model: gave up after 4 attempts; last: ProviderServerError: 503 again"
 
 
 def test_rate_limits_are_counted_and_halve_the_limiter():

@@ -12,7 +12,10 @@ tests exercise their request encoding, status handling and response parsing:
 /v1/messages`` in the Anthropic shape. Planned replies are served in order
 from one queue (whichever endpoint is called); once the queue is empty the
 server answers with its ``default`` reply. :meth:`WireServer.flaky` makes it
-fail a fraction of calls with 429 or 500 from a seeded RNG instead.
+fail a fraction of calls with 429 or 500 from a seeded RNG instead. A reply
+can also be held back (``delay_s``), trickled a byte at a time
+(``trickle_s``) or cut off mid-body (``cut_at``), as a hung or failing
+provider would.
 """
 
 from __future__ import annotations
@@ -51,6 +54,11 @@ class Reply:
             by default ``stop``/``end_turn``, or ``tool_calls``/``tool_use``
             when the reply calls tools.
         content_type: Content type of a raw ``body``.
+        delay_s: Seconds to hold this reply before sending anything (a hung server).
+        trickle_s: Send the body one byte at a time, this many seconds apart (a
+            server that never stalls long enough for a read timeout, yet never finishes).
+        cut_at: Send only this many bytes of the body (its full length announced),
+            then close the connection: a body cut off in transit.
     """
 
     status: int = 200
@@ -61,6 +69,9 @@ class Reply:
     usage: tuple[int, int] = (11, 7)
     finish_reason: str | None = None
     content_type: str = "application/json"
+    delay_s: float = 0.0
+    trickle_s: float = 0.0
+    cut_at: int | None = None
 
     @classmethod
     def ok(cls, text: str = "", tool_calls: list[tuple[str, Any]] | None = None,
@@ -154,14 +165,26 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
         return None  # keep test output clean
 
-    def _send(self, status: int, payload: bytes, content_type: str, headers: tuple[tuple[str, str], ...] = ()) -> None:
+    def _send(self, status: int, payload: bytes, content_type: str, headers: tuple[tuple[str, str], ...] = (),
+              trickle_s: float = 0.0, cut_at: int | None = None) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(payload)))
         for name, value in headers:
             self.send_header(name, value)
         self.end_headers()
-        self.wfile.write(payload)
+        if cut_at is not None:
+            self.wfile.write(payload[:cut_at])
+            self.close_connection = True
+            return
+        if not trickle_s:
+            self.wfile.write(payload)
+            return
+        self.wfile.flush()
+        for byte in payload:
+            time.sleep(trickle_s)
+            self.wfile.write(bytes([byte]))
+            self.wfile.flush()
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's naming
         state = self.server.state
@@ -191,8 +214,8 @@ class _Handler(BaseHTTPRequestHandler):
             state.in_flight += 1
             state.max_in_flight = max(state.max_in_flight, state.in_flight)
         try:
-            if state.delay_s:
-                time.sleep(state.delay_s)
+            if state.delay_s or reply.delay_s:
+                time.sleep(state.delay_s + reply.delay_s)
             model = body.get("model", "unknown") if isinstance(body, dict) else "unknown"
             if reply.body is not None:
                 payload = reply.body
@@ -203,7 +226,7 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 payload = _anthropic_body(reply, model, serial)
             data = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
-            self._send(reply.status, data, reply.content_type, reply.headers)
+            self._send(reply.status, data, reply.content_type, reply.headers, reply.trickle_s, reply.cut_at)
         finally:
             with state.lock:
                 state.in_flight -= 1
