@@ -51,14 +51,58 @@ def _json_type(value: Any) -> str:
     return _JSON_TYPE_NAMES.get(type(value), type(value).__name__)
 
 
+#: Longest file or folder name in a task path, in UTF-8 bytes (NAME_MAX on Linux and macOS).
+MAX_NAME_BYTES = 255
+#: Longest task path, in UTF-8 bytes: well inside PATH_MAX (4096) once joined to any workspace folder.
+MAX_PATH_BYTES = 1024
+
+
+def _shown(path: str) -> str:
+    return repr(path) if len(path) <= 60 else repr(path[:40] + "...")
+
+
 def _check_relative_path(path: str) -> str:
-    """Reject paths that could escape a sandbox workspace."""
+    """Reject paths that could escape a sandbox workspace, or that no file system could hold."""
     if not path or "\x00" in path or "\\" in path:
         raise ValueError(f"invalid file path {path!r}")
     pure = PurePosixPath(path)
     if pure.is_absolute() or ".." in pure.parts or str(pure) in ("", "."):
         raise ValueError(f"file path {path!r} must be relative and stay inside the workspace")
+    size = len(str(pure).encode("utf-8", "surrogatepass"))
+    if size > MAX_PATH_BYTES:
+        raise ValueError(f"file path {_shown(path)} is {size} bytes long; at most {MAX_PATH_BYTES}")
+    for part in pure.parts:
+        part_size = len(part.encode("utf-8", "surrogatepass"))
+        if part_size > MAX_NAME_BYTES:
+            what = f"file path {_shown(path)}" + ("" if part == str(pure) else f": name {_shown(part)}")
+            raise ValueError(f"{what} is {part_size} bytes long; a file or folder name is at most {MAX_NAME_BYTES}")
     return str(pure)
+
+
+def _normalized_paths(files: dict[str, str]) -> dict[str, str]:
+    """``files`` with each path checked and normalized; two spellings of one path are refused."""
+    normalized: dict[str, str] = {}
+    spelled: dict[str, str] = {}
+    for path, text in files.items():
+        pure = _check_relative_path(path)
+        if pure in normalized:
+            raise ValueError(f"file paths {spelled[pure]!r} and {path!r} name the same file")
+        normalized[pure], spelled[pure] = text, path
+    return normalized
+
+
+def _folder_conflicts(groups: dict[str, dict[str, str]]) -> list[str]:
+    """Each path that is a file in one place and a folder of another path (``x`` and ``x/y``), across the groups."""
+    where = {path: name for name, paths in groups.items() for path in paths}
+    conflicts = []
+    for path, name in sorted(where.items()):
+        for folder in PurePosixPath(path).parents:
+            folder_name = str(folder)
+            if folder_name in where:
+                conflicts.append(f"{where[folder_name]} path {_shown(folder_name)} is a file, but {name} path "
+                                 f"{_shown(path)} needs a folder there")
+                break
+    return conflicts
 
 
 class Rules(BaseModel):
@@ -158,7 +202,7 @@ class Task(BaseModel):
     @field_validator("files", "tests", "hidden_tests")
     @classmethod
     def _safe_paths(cls, value: dict[str, str]) -> dict[str, str]:
-        return {_check_relative_path(path): text for path, text in value.items()}
+        return _normalized_paths(value)
 
     @model_validator(mode="after")
     def _consistent(self) -> Task:
@@ -168,6 +212,9 @@ class Task(BaseModel):
             overlap = sorted(set(a) & set(b))
             if overlap:
                 raise ValueError(f"paths in both {name_a} and {name_b}: {', '.join(overlap)}")
+        conflicts = _folder_conflicts(groups)
+        if conflicts:
+            raise ValueError("; ".join(conflicts))
         if self.test_command is not None and not self.all_tests:
             raise ValueError("test_command is set but tests is empty")
         return self

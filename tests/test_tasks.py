@@ -70,6 +70,20 @@ def test_integer_answer_is_normalized_to_text(write_jsonl):
         ({"id": "x", "prompt": "p", "files": {"../up.py": ""}}, ":1: field 'files': file path '../up.py' must be"),
         ({"id": "x", "prompt": "p", "tests": {"/abs.py": ""}}, ":1: field 'tests': file path '/abs.py' must be"),
         ({"id": "x", "prompt": "p", "test_command": "pytest"}, ":1: test_command is set but tests is empty"),
+        # a file that is also another path's folder: no workspace can hold both
+        ({"id": "x", "prompt": "p", "files": {"x": "", "x/y": ""}},
+         ":1: files path 'x' is a file, but files path 'x/y' needs a folder there"),
+        ({"id": "x", "prompt": "p", "files": {"pkg": ""}, "hidden_tests": {"pkg/test_a.py": ""}},
+         ":1: files path 'pkg' is a file, but hidden_tests path 'pkg/test_a.py' needs a folder there"),
+        # names and paths longer than a file system takes
+        ({"id": "x", "prompt": "p", "files": {"a" * 300 + ".py": ""}},
+         ":1: field 'files': file path '" + "a" * 40 + "...' is 303 bytes long; a file or folder name is at most 255"),
+        ({"id": "x", "prompt": "p", "tests": {"d/" + "é" * 128 + "/t.py": ""}},
+         ":1: field 'tests': file path 'd/" + "é" * 38 + "...': name '" + "é" * 40 + "...' is 256 bytes long"),
+        ({"id": "x", "prompt": "p", "files": {"/".join(["d" * 250] * 5): ""}},
+         ":1: field 'files': file path '" + "d" * 40 + "...' is 1254 bytes long; at most 1024"),
+        ({"id": "x", "prompt": "p", "files": {"a//b.py": "1", "a/b.py": "2"}},
+         ":1: field 'files': file paths 'a//b.py' and 'a/b.py' name the same file"),
         ('{"id": "x", "prompt": "p", "prompt": "q"}', ":1: invalid JSON: duplicate key 'prompt'"),
     ],
 )
@@ -151,3 +165,11 @@ def test_validate_command_reports_errors_without_traceback(cli, write_jsonl):
     assert "Traceback" not in result.output
     assert f"{path}:1: field 'prompt': required field is missing" in result.output
     assert f"{path}:2: field 'x': unknown key" in result.output
+
+
+def test_names_and_paths_at_the_file_system_limits_are_accepted(write_jsonl):
+    longest_name = "n" * 252 + ".py"  # 255 bytes
+    longest_path = "/".join(["d" * 254] * 4) + "/" + "f" * 3  # 1024 bytes
+    tasks = load_tasks(write_jsonl([{"id": "x", "prompt": "p", "files": {longest_name: "", longest_path: ""},
+                                     "tests": {"x/y/test_z.py": ""}}]))
+    assert set(tasks["x"].files) == {longest_name, longest_path}
