@@ -178,6 +178,38 @@ def frozen_reference(model: Any) -> Any | None:
 BuildTrainer = Callable[[Any, Any, Any, TrainingData], Any]
 
 
+def _check_length_drops(trainer: Any, data: TrainingData, config: Any) -> None:
+    """Count the rows TRL left out for ``max_length``: every one is an error, some a warning on ``data``.
+
+    TRL's trainers drop, while preparing their dataset, the rows that would
+    leave nothing to learn from once cut at ``max_length`` (DPO and KTO: a
+    prompt that alone fills it; reward: a side longer than it; SFT: no
+    completion token left). When that is every row, training would stop on
+    an empty dataset with a sampler error; the count says what happened and
+    which option to raise.
+
+    Raises:
+        ConfigError: TRL dropped every row.
+    """
+    max_length = getattr(config, "max_length", None)
+    prepared = getattr(trainer, "train_dataset", None)
+    if max_length is None or prepared is None or getattr(config, "packing", False):
+        return  # packing changes the row count for reasons of its own
+    try:
+        total, kept = len(data.dataset), len(prepared)
+    except TypeError:  # a streamed dataset has no length
+        return
+    dropped = total - kept
+    if dropped <= 0:
+        return
+    if kept == 0:
+        raise ConfigError(f"--max-length {max_length}: all {total} row(s) of {data.path} are too long for it "
+                          "(TRL drops a row that would leave nothing to learn from once cut), so nothing is left "
+                          "to train on; raise --max-length")
+    data.warnings.append(f"--max-length {max_length}: TRL dropped {dropped} of {total} row(s) of {data.path} as too "
+                         "long; raise --max-length to keep them")
+
+
 def run_training(name: str, config: Any, formats: str | tuple[str, ...], build_trainer: BuildTrainer, *,
                  load_model: Callable[[PolicySource], tuple[Any, Any]] | None = None,
                  lora_task_type: str = "CAUSAL_LM", data: TrainingData | None = None,
@@ -216,6 +248,7 @@ def run_training(name: str, config: Any, formats: str | tuple[str, ...], build_t
         model = apply_lora(model, r=config.lora_r, alpha=config.lora_alpha, dropout=config.lora_dropout,
                            target_modules=config.lora_target_modules, task_type=lora_task_type)
     trainer = build_trainer(config, model, tokenizer, data)
+    _check_length_drops(trainer, data, config)
     started = time.perf_counter()
     output = trainer.train(resume_from_checkpoint=resume_from)
     seconds = time.perf_counter() - started

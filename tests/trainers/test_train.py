@@ -220,6 +220,25 @@ def test_bad_input_is_named_by_file_line_and_field(cli, exported_run, tiny_model
     assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()  # nothing half-written
 
 
+def test_rows_trl_drops_for_length_are_counted(cli, exported_run, tiny_model, tmp_path):
+    """TRL drops a DPO row whose prompt alone fills --max-length: all of them is an error, some a warning."""
+    dpo = exported(exported_run, "dpo", tmp_path)
+    rows = len(dpo.read_text().splitlines())
+    # The tiny model's chat template makes the answer tasks' prompts 117 tokens, the code task's 220.
+    result = cli("train", "dpo", "--data", dpo, "--model", tiny_model, "--output", tmp_path / "short",
+                 "--max-length", "64", *STEPS)
+    assert result.exit_code == 2
+    assert [line for line in result.stderr.splitlines() if line.startswith("error:")] == [  # besides TRL's bars
+        f"error: --max-length 64: all {rows} row(s) of {dpo} are too long for it (TRL drops a row that would leave "
+        "nothing to learn from once cut), so nothing is left to train on; raise --max-length"]
+    assert "Traceback" not in result.output
+
+    summary = train(cli, "dpo", dpo, tiny_model, tmp_path / "some", "--max-length", "160")
+    [warning] = [w for w in summary["warnings"] if "--max-length" in w]
+    assert warning == (f"--max-length 160: TRL dropped 1 of {rows} row(s) of {dpo} as too long; "
+                       "raise --max-length to keep them")
+
+
 def test_two_processes_train_one_model_and_report_once(exported_run, tiny_model, tmp_path):
     """The multi-process path GPUs use (one process per device, gradients all-reduced), on two CPU processes."""
     import subprocess
