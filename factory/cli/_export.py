@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from factory.cli._options import db_option, dump_json, json_option, resolve_db
+from factory.cli._options import FiniteFloat, check_writable, db_option, dump_json, json_option, resolve_db
 
 __all__ = ["export"]
 
@@ -53,6 +53,7 @@ def _format_command(name: str) -> click.Command:
         options = ExportOptions(pairs=PairOptions(**pair_options) if pairs else PairOptions(),
                                 conversational=conversational == "conversational", length_balance=length_balance,
                                 top_confidence=top_confidence, dedupe=dedupe, sft_all_passing=all_passing)
+        check_writable(out.parent, "--out")
         with Store.open(resolve_db(db), read_only=True) as store:
             result = do_export(store, name, _split_runs(run_id, runs), out, options, rolling=rolling)
         manifest = result.manifest.document()  # as written to the manifest file
@@ -82,7 +83,7 @@ def _format_command(name: str) -> click.Command:
         params += [
             click.option("--strategy", type=click.Choice(["best-worst", "pass-fail", "all-pairs"]),
                          default="best-worst", show_default=True, help="How pairs are chosen within a task."),
-            click.option("--min-margin", type=float, default=0.0, show_default=True,
+            click.option("--min-margin", type=FiniteFloat(min=0), default=0.0, show_default=True,
                          help="Keep pairs whose margin (reward or strength difference) is at least this."),
             click.option("--margin-by", type=click.Choice(["reward", "strength"]), default="reward",
                          show_default=True, help="What the margin is a difference of (strength: Bradley-Terry)."),
@@ -94,7 +95,7 @@ def _format_command(name: str) -> click.Command:
                          help="At most this many pairs per task, largest margins first."),
             click.option("--length-balance", is_flag=True,
                          help="Drop pairs until the chosen side is longer as often as shorter."),
-            click.option("--top-confidence", type=click.FloatRange(0, 1, min_open=True), default=None,
+            click.option("--top-confidence", type=FiniteFloat(0, 1, min_open=True), default=None,
                          help="Keep this top fraction of pairs by margin."),
         ]
     if name == "sft":

@@ -21,7 +21,9 @@ class LazyGroup(click.Group):
     """A group mapping command names to ``"module:attribute"`` strings.
 
     It also turns :class:`FactoryError` into a one-line message on stderr and
-    the error's exit code: a user error never prints a traceback.
+    the error's exit code: a user error never prints a traceback. A bad
+    option or argument (click's usage error) is one such line too, naming the
+    option, with exit code 2.
     """
 
     def __init__(self, *args: object, lazy_subcommands: dict[str, str] | None = None, **kwargs: object):
@@ -45,4 +47,10 @@ class LazyGroup(click.Group):
             return super().invoke(ctx)
         except FactoryError as exc:
             click.echo(f"error: {exc}", err=True)
+            ctx.exit(exc.exit_code)
+        except click.exceptions.NoArgsIsHelpError:
+            raise  # a group named alone: click shows its help
+        except click.UsageError as exc:
+            where = f" (see: {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
+            click.echo(f"error: {exc.format_message()}{where}", err=True)
             ctx.exit(exc.exit_code)

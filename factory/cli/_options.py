@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
+import os
 import sys
 import warnings
 from collections.abc import Iterator
@@ -17,14 +19,59 @@ if TYPE_CHECKING:
     import polars as pl
 
 __all__ = [
+    "FiniteFloat",
+    "base_url_option",
+    "check_writable",
     "db_option",
     "dump_json",
     "json_option",
     "memory_backend_option",
     "render_frame",
+    "request_timeout_option",
     "resolve_db",
     "warnings_shown",
 ]
+
+
+class FiniteFloat(click.FloatRange):
+    """A number in a range that is also finite.
+
+    click's own range lets ``nan`` through (every comparison with it is
+    false) and ``inf`` wherever a side is open-ended; a timeout of ``nan`` or
+    a penalty of ``inf`` is never what a user meant.
+    """
+
+    name = "number"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number
+
+
+def _base_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is None:
+        return None
+    from factory.errors import ModelConfigError
+    from factory.models import check_base_url
+
+    try:
+        return check_base_url(value)
+    except ModelConfigError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
+base_url_option = click.option(
+    "--base-url", default=None, callback=_base_url,
+    help="Server URL for openai:/anthropic: (any OpenAI-compatible server), with its scheme: http://HOST:PORT/v1.")
+
+#: The default is ``factory.models.DEFAULT_REQUEST_TIMEOUT_S``, written out so that ``--help`` imports no model code.
+request_timeout_option = click.option(
+    "--request-timeout", "request_timeout_s", type=FiniteFloat(min=0, min_open=True), default=60.0,
+    show_default=True, metavar="SECONDS",
+    help="Longest one call to a model server (openai:, anthropic:) may take; past it the call is abandoned and "
+         "retried, and a branch whose retries run out is an infrastructure failure.")
 
 db_option = click.option(
     "--db",
@@ -45,6 +92,28 @@ def resolve_db(db: Path | None) -> Path:
     from factory.settings import default_db_path
 
     return db if db is not None else default_db_path()
+
+
+def check_writable(folder: Path, flag: str) -> None:
+    """Refuse, before any work, a ``folder`` that output cannot be written in (or created in).
+
+    The nearest folder that exists must be a writable folder: otherwise the
+    command would fail at its very end, after the work, on its first write.
+
+    Raises:
+        ConfigError: Naming ``flag``, the folder and why (a read-only file system, or permissions).
+    """
+    from factory.errors import ConfigError
+
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigError(f"{flag}: {existing} is not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        read_only = bool(os.statvfs(existing).f_flag & os.ST_RDONLY)
+        why = "it is on a read-only file system" if read_only else "permission denied"
+        raise ConfigError(f"{flag}: cannot write in {existing}: {why}")
 
 
 @contextlib.contextmanager

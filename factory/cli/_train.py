@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from factory.cli._options import dump_json, json_option
+from factory.cli._options import FiniteFloat, check_writable, dump_json, json_option
 from factory.trainers import CONFIG_FIELDS, FieldDoc
 
 __all__ = ["train"]
@@ -122,8 +122,8 @@ _FIELD_OPTIONS = (
                  note="It holds model/, adapter/ (with --lora), train_result.json and loss.png."),
     _FieldOption(("--lora",), "use_lora", flag=True),
     _FieldOption(("--max-steps",), "max_steps", click.IntRange(min=1), show_default=False),  # -1: by epochs
-    _FieldOption(("--epochs",), "num_train_epochs", click.FloatRange(min=0, min_open=True)),
-    _FieldOption(("--lr",), "learning_rate", click.FloatRange(min=0, min_open=True)),
+    _FieldOption(("--epochs",), "num_train_epochs", FiniteFloat(min=0, min_open=True)),
+    _FieldOption(("--lr",), "learning_rate", FiniteFloat(min=0, min_open=True)),
     _FieldOption(("--batch-size",), "per_device_train_batch_size", click.IntRange(min=1)),
     _FieldOption(("--grad-accum",), "gradient_accumulation_steps", click.IntRange(min=1)),
     _FieldOption(("--seed",), "seed", int),
@@ -147,6 +147,7 @@ def _command(name: str, summary: str) -> click.Command:
         from factory.errors import ConfigError
         from factory.trainers import load_trainer
 
+        check_writable(given_fields["output_dir"], "--output")  # before minutes of training, not at the save
         config_cls, train_fn, _ = load_trainer(name)
         fields = {f.name for f in dataclasses.fields(config_cls) if f.init}
         values = _yaml_values(config_file, fields, config_cls.__name__) if config_file else {}
