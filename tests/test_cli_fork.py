@@ -98,7 +98,12 @@ def test_ctrl_c_keeps_finished_branches_and_resume_completes(tmp_path):
     replay = write_replay(tmp_path / "r.jsonl", delay_s=0.25)
     proc = subprocess.Popen(fork_cmd(tasks, "--model", f"replay:{replay}", "--db", db, "-n", 2, "-c", 2,
                                      "--run-id", "ctrlc"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(3)  # the whole run needs about 8 s
+    # Interrupt once the run is under way (it needs about 8 s): its first write makes the store's WAL. A fixed
+    # sleep is not enough on a loaded machine, where start-up alone can take seconds.
+    wal, deadline = Path(f"{db}.wal"), time.monotonic() + 120
+    while not wal.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(3)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
