@@ -1,4 +1,4 @@
-"""Ranking statistics speed: Bradley–Terry against choix, Wilson and McNemar against per-item scipy calls.
+"""Ranking statistics: evidence rates in simulated worlds, interval coverage, and speed against choix and scipy.
 
 Each benchmark against a baseline measured in the same run:
 
@@ -25,9 +25,27 @@ Each benchmark against a baseline measured in the same run:
    on a ``--sample`` (5,000) subsample and scaled to the full count
    (labelled ``scaled``); both sides' results are compared on that sample.
    Goal: the same numbers (max |difference| <= 1e-9).
+4. ``evidence``: how often "evidence" is claimed over ``--runs`` (200)
+   simulated runs of 30 tasks x 4 branches, through
+   ``RolloutRanker.rank(...).stats["evidence"]``. Null worlds (passes are
+   fair coins, or depend on the task's difficulty only; the judge's scores
+   or pairwise preferences are independent of the passes within a task):
+   goal <= alpha + 3 pp (the old top-vs-bottom-by-reward test claimed it in
+   100 % of runs). Informative worlds (a judge with within-task AUC ~0.75;
+   a pairwise judge right 3 times in 4): goal >= 80 %. Arms of ``factory
+   power --select best-worst`` (4 temperatures x 2 branches, equal pass
+   rates) through ``select_arms`` (cross-fitted): goal <= alpha + 3 pp,
+   beside the naive choice tested on the data that chose it (no goal: it
+   shows why cross-fitting is there).
+5. ``coverage``: Bradley–Terry intervals (``ci="auto"``, 95 %) against the
+   true centred strengths of comparisons simulated from the model, with
+   few, moderate and plentiful comparisons per item; the bare percentile
+   bootstrap beside them. Goals: auto within 3 pp of 95 % where data are
+   moderate or plentiful, >= 92 % with few (there it errs wide), and no
+   interval of zero width.
 
-Usage: python bench/bench_rank.py [--only bt,bootstrap,stats] [--sizes 50:100000,1000:1000000] [--repeat 3]
-       [--choix-timeout 300] [--rounds 100] [--stats-n 100000] [--sample 5000] [--quick]
+Usage: python bench/bench_rank.py [--only bt,bootstrap,stats,evidence,coverage] [--sizes 50:100000,1000:1000000]
+       [--repeat 3] [--choix-timeout 300] [--rounds 100] [--stats-n 100000] [--sample 5000] [--runs 200] [--quick]
 """
 
 from __future__ import annotations
@@ -47,14 +65,30 @@ import numpy as np
 from _results import print_table, record, verdict  # bench/ is on sys.path
 from scipy import special, stats
 
-from factory.ranking._bradley_terry import fit_bradley_terry
-from factory.ranking._stats import mcnemar_exact_many, wilson_interval
+from factory.ranking import (
+    BranchRecord,
+    PairwiseOutcome,
+    RolloutRanker,
+    compare_paired,
+    fit_bradley_terry,
+    mcnemar_exact_many,
+    pair_arms,
+    select_arms,
+    split_by_field,
+    wilson_interval,
+)
 
-NAMES = ("bt", "bootstrap", "stats")
+NAMES = ("bt", "bootstrap", "stats", "evidence", "coverage")
 SPEED_GOAL = 10.0
 SPEARMAN_SLACK = 0.001
 BOOTSTRAP_GOAL_S = 30.0
 SAME_NUMBERS = 1e-9
+ALPHA = 0.05
+FALSE_EVIDENCE_SLACK = 0.03
+POWER_GOAL = 0.80
+COVERAGE_SLACK = 0.03
+TASKS, BRANCHES = 30, 4
+TEMPERATURES = (0.2, 0.5, 0.8, 1.1)
 
 
 class ChoixTimeout(Exception):
@@ -206,6 +240,182 @@ def report(name: str, count: int, ours_s: float, scipy_s: float, scaled: str, di
     record(f"{name} {count:,}", "max |ours − scipy|", f"{diff:.1e}", "", "", f"<= {SAME_NUMBERS:g}", ok)
 
 
+# --------------------------------------------------------------------------- evidence in simulated worlds
+
+
+def branch_records(outcomes: np.ndarray, judge: np.ndarray | None = None,
+                   temperatures: tuple[float, ...] | None = None) -> list[BranchRecord]:
+    tasks, branches = outcomes.shape
+    return [BranchRecord(f"t{t:02d}", b, bool(outcomes[t, b]), float(outcomes[t, b]),
+                         None if judge is None else float(judge[t, b]), False,
+                         {"temperature": None if temperatures is None else temperatures[b % len(temperatures)],
+                          "seed": b, "model": "m", "status": "ok"})
+            for t in range(tasks) for b in range(branches)]
+
+
+def pairwise_judgments(rng: np.random.Generator, outcomes: np.ndarray, accuracy: float,
+                       tie_rate: float = 0.2) -> list[PairwiseOutcome]:
+    """Every pair judged once: a tie at tie_rate; else the passing branch preferred with probability accuracy where
+    the outcomes differ, a coin where they agree."""
+    tasks, branches = outcomes.shape
+    a, b = np.triu_indices(branches, 1)
+    tie = rng.random((tasks, a.size)) < tie_rate
+    differ = outcomes[:, a] != outcomes[:, b]
+    right = rng.random((tasks, a.size)) < accuracy
+    a_wins = np.where(differ, right == outcomes[:, a], rng.random((tasks, a.size)) < 0.5)
+    result = np.where(tie, 0.5, a_wins.astype(float))
+    return [PairwiseOutcome(f"t{t:02d}", int(a[k]), int(b[k]), float(result[t, k]))
+            for t in range(tasks) for k in range(a.size)]
+
+
+def coins(rng: np.random.Generator) -> np.ndarray:
+    return rng.random((TASKS, BRANCHES)) < 0.5
+
+
+def world_no_judge(rng):
+    return branch_records(coins(rng)), []
+
+
+def world_random_judge(rng):
+    return branch_records(coins(rng), rng.integers(0, 11, (TASKS, BRANCHES)) / 10), []
+
+
+def world_difficulty_judge(rng):
+    rate = rng.uniform(0.05, 0.95, (TASKS, 1))
+    judge = np.clip(np.round(rate + rng.normal(0.0, 0.15, (TASKS, BRANCHES)), 1), 0.0, 1.0)
+    return branch_records(rng.random((TASKS, BRANCHES)) < rate, judge), []
+
+
+def world_random_pairwise(rng):
+    outcomes = coins(rng)
+    return branch_records(outcomes), pairwise_judgments(rng, outcomes, 0.5)
+
+
+def world_informative_judge(rng):
+    outcomes = coins(rng)
+    judge = np.round(special.expit(0.5 * (2 * outcomes - 1) + rng.normal(0.0, 1.0, (TASKS, BRANCHES))), 1)
+    return branch_records(outcomes, judge), []
+
+
+def world_informative_pairwise(rng):
+    outcomes = coins(rng)
+    return branch_records(outcomes), pairwise_judgments(rng, outcomes, 0.75)
+
+
+WORLDS = [  # name, make, null?
+    ("coin flips, no judge (order = objective)", world_no_judge, True),
+    ("coin flips, random judge scores", world_random_judge, True),
+    ("task difficulty only, judge sees difficulty", world_difficulty_judge, True),
+    ("coin flips, random pairwise judge", world_random_pairwise, True),
+    ("informative judge scores (AUC ~0.75)", world_informative_judge, False),
+    ("informative pairwise judge (right 3 in 4)", world_informative_pairwise, False),
+]
+
+
+def old_rule_evidence(records: list[BranchRecord]) -> bool:
+    """The rule this replaces: top vs bottom half by reward (objective first), on the objective outcome."""
+    top, bottom = [], []
+    for task in sorted({r.task_id for r in records}):
+        order = sorted((r for r in records if r.task_id == task), key=lambda r: (-r.objective_score, r.branch_index))
+        half = len(order) // 2
+        top += [bool(r.objective_pass) for r in order[:half]]
+        bottom += [bool(r.objective_pass) for r in order[len(order) - half:]]
+    return compare_paired(top, bottom, alpha=ALPHA).evidence
+
+
+def bench_evidence(runs: int, seed: int) -> None:
+    print(f"\n[evidence] RolloutRanker.rank(...).stats['evidence'] over {runs} simulated runs of {TASKS} tasks x "
+          f"{BRANCHES} branches (alpha {ALPHA})")
+    ranker = RolloutRanker(alpha=ALPHA, bootstrap_rounds=20)
+    for name, make, null in WORLDS:
+        rng = np.random.default_rng(seed)
+        start = time.perf_counter()
+        claimed = old = 0
+        aucs = []
+        for _ in range(runs):
+            records, pairs = make(rng)
+            stats_ = ranker.rank(records, pairs).stats
+            claimed += bool(stats_["evidence"])
+            old += old_rule_evidence(records) if make is world_no_judge else 0
+            if stats_["auc_within_task"] is not None:
+                aucs.append(stats_["auc_within_task"])
+        rate = claimed / runs
+        ok = rate <= ALPHA + FALSE_EVIDENCE_SLACK if null else rate >= POWER_GOAL
+        goal = f"<= {100 * (ALPHA + FALSE_EVIDENCE_SLACK):g}%" if null else f">= {100 * POWER_GOAL:g}%"
+        auc = f"{np.mean(aucs):.3f}" if aucs else "n/a (no test)"
+        print(f"    {name:<46} evidence in {100 * rate:5.1f}% of runs (goal {goal}: {verdict(ok)}); "
+              f"mean AUC within task {auc}  [{time.perf_counter() - start:.1f} s]")
+        record("evidence", f"{'null' if null else 'informative'}: {name}", f"{100 * rate:.1f}%", "", "", goal, ok)
+        if make is world_no_judge:
+            print(f"    {'':<46} the old rule (top vs bottom by reward, on the objective): {100 * old / runs:.1f}%")
+            record("evidence", "old rule on coin flips", f"{100 * old / runs:.1f}%", "", "", "", None)
+
+    rng = np.random.default_rng(seed)
+    for label, rates, null in (("equal temperatures", np.full(4, 0.5), True),
+                               ("one temperature at 0.8, three at 0.4", np.array([0.8, 0.4, 0.4, 0.4]), False)):
+        crossfit = naive = 0
+        for run in range(runs):
+            records = branch_records(rng.random((TASKS, 8)) < np.tile(rates, 2), temperatures=TEMPERATURES)
+            chosen = select_arms(records, "temperature", "best-worst", seed=run)
+            crossfit += compare_paired(chosen.paired.a, chosen.paired.b, alpha=ALPHA).evidence
+            seen = {t: np.mean([r.objective_pass for r in records if r.fields["temperature"] == t])
+                    for t in TEMPERATURES}
+            best, worst = max(seen, key=seen.get), min(seen, key=seen.get)
+            paired = pair_arms(*split_by_field(records, "temperature", str(best), str(worst)), "best", "worst")
+            naive += compare_paired(paired.a, paired.b, alpha=ALPHA).evidence
+        goal = f"<= {100 * (ALPHA + FALSE_EVIDENCE_SLACK):g}%" if null else ""
+        ok = crossfit / runs <= ALPHA + FALSE_EVIDENCE_SLACK if null else None
+        print(f"    best vs worst of 4 temperatures, {label:<36} cross-fitted {100 * crossfit / runs:5.1f}%"
+              f"{f' (goal {goal}: {verdict(ok)})' if null else ' (power)'}; chosen and tested on the same tasks "
+              f"{100 * naive / runs:5.1f}%")
+        record("arms", f"best-worst, {label}: cross-fitted", f"{100 * crossfit / runs:.1f}%",
+               f"{100 * naive / runs:.1f}% naive", "", goal, ok)
+
+
+# --------------------------------------------------------------------------- interval coverage
+
+
+def true_comparisons(n_items: int, n_comparisons: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Centred true strengths θ ~ N(0, 0.8²) and comparisons of random pairs drawn from them (no ties)."""
+    rng = np.random.default_rng(seed)
+    theta = rng.normal(0.0, 0.8, n_items)
+    theta -= theta.mean()
+    i = rng.integers(0, n_items, n_comparisons)
+    j = (i + rng.integers(1, n_items, n_comparisons)) % n_items
+    won = rng.random(n_comparisons) < special.expit(theta[i] - theta[j])
+    return theta, np.column_stack([i, j, won.astype(float)])
+
+
+def bench_coverage(simulations: int, rounds: int, seed: int) -> None:
+    print(f"\n[coverage] 95% Bradley–Terry intervals covering the true centred strengths ({simulations} fits per "
+          f"row, {rounds} bootstrap rounds)")
+    regimes = [("few", 2, 1), ("few", 6, 20), ("moderate", 6, 60), ("moderate", 6, 150), ("plentiful", 4, 200),
+               ("plentiful", 6, 600)]
+    for regime, n_items, n_comparisons in regimes:
+        covered = {"auto": 0, "bootstrap": 0}
+        zero = {"auto": 0, "bootstrap": 0}
+        boot_share = total = 0
+        for s in range(simulations):
+            theta, rows = true_comparisons(n_items, n_comparisons, seed + 1000 * n_items + s)
+            for ci in ("auto", "bootstrap"):
+                fit = fit_bradley_terry(rows, n_items, ci=ci, bootstrap_rounds=rounds, seed=s)
+                covered[ci] += int(np.sum((fit.ci_low <= theta) & (theta <= fit.ci_high)))
+                zero[ci] += int(np.sum(fit.ci_high - fit.ci_low <= 0))
+                if ci == "auto":
+                    boot_share += int(fit.ci_bootstrapped.sum())
+            total += n_items
+        auto, bare = covered["auto"] / total, covered["bootstrap"] / total
+        ok = (auto >= 0.95 - COVERAGE_SLACK if regime == "few" else abs(auto - 0.95) <= COVERAGE_SLACK) \
+            and zero["auto"] == 0
+        goal = ">= 92%, no zero width" if regime == "few" else "95% ± 3 pp, no zero width"
+        per_item = 2 * n_comparisons / n_items
+        print(f"    {regime:<9} {n_items} items x {n_comparisons:>3} comparisons ({per_item:5.1f} per item): auto "
+              f"{100 * auto:5.1f}% ({100 * boot_share / total:3.0f}% of items bootstrapped, {zero['auto']} zero-width)"
+              f" (goal {goal}: {verdict(ok)}); bare bootstrap {100 * bare:5.1f}% ({zero['bootstrap']} zero-width)")
+        record("coverage", f"{n_items} items x {n_comparisons} ({regime})", f"{100 * auto:.1f}%",
+               f"{100 * bare:.1f}% bare bootstrap", f"{zero['bootstrap']} zero-width", goal, ok)
+
+
 def parse_sizes(text: str) -> list[tuple[int, int]]:
     sizes = []
     for part in text.split(","):
@@ -224,6 +434,8 @@ def main() -> None:
     parser.add_argument("--bootstrap-size", default="1000:1000000", help="bootstrap: ITEMS:COMPARISONS")
     parser.add_argument("--stats-n", type=int, default=100_000, help="wilson/mcnemar: proportions and pairs")
     parser.add_argument("--sample", type=int, default=5_000, help="wilson/mcnemar: items the scipy loop times")
+    parser.add_argument("--runs", type=int, default=200, help="evidence: simulated runs per world")
+    parser.add_argument("--simulations", type=int, default=200, help="coverage: fits per regime")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="smaller sizes (a smoke run: too small to judge goals)")
     args = parser.parse_args()
@@ -235,6 +447,7 @@ def main() -> None:
     if args.quick:
         sizes, boot_items, boot_comparisons = [(50, 10_000), (200, 50_000)], 200, 50_000
         args.rounds, args.stats_n, args.sample = 20, 10_000, 500
+        args.runs, args.simulations = 40, 40
 
     print(f"python {sys.version.split()[0]}, numpy {np.__version__}, choix {importlib.metadata.version('choix')}, "
           f"{os.cpu_count()} CPUs{' (quick)' if args.quick else ''}")
@@ -244,6 +457,10 @@ def main() -> None:
         bench_bootstrap(boot_items, boot_comparisons, args.rounds, args.seed)
     if "stats" in chosen:
         bench_stats(args.stats_n, args.sample, args.seed)
+    if "evidence" in chosen:
+        bench_evidence(args.runs, args.seed)
+    if "coverage" in chosen:
+        bench_coverage(args.simulations, args.rounds, args.seed)
     print_table()
 
 

@@ -28,10 +28,12 @@ _plot_option = click.option("--plot", type=click.Path(path_type=Path, dir_okay=F
 @json_option
 def rank(run_id: str, db: Path | None, judge_pairs: int, judge_spec: str | None, bootstrap: int, plot: Path | None,
          as_json: bool) -> None:
-    """Rank each task's branches of RUN_ID, store the ranking, and say whether it is powered.
+    """Rank each task's branches of RUN_ID, store the ranking, and test what can be tested about it.
 
     Reward: objective 1.0 + judge 0.3 x score/10. Strengths: Bradley-Terry on the
     judge's pairwise comparisons within a task, or on the rewards when there are none.
+    Evidence: whether the judge alone predicts the objective outcome (an order that is
+    the objective outcome itself gets no test, and says so).
     """
     from factory.errors import ConfigError
     from factory.ranking import RolloutRanker, judge_pairwise, load_pairwise, load_records, plot_strengths
@@ -66,16 +68,32 @@ def _print_ranking(run_id: str, result) -> None:
         table.add_column(column, justify="left" if column in ("task", "objective") else "right")
     last = None
     for r in result.ranked:
+        interval = "(one branch)" if r.ci_low is None else f"[{r.ci_low:+.2f}, {r.ci_high:+.2f}]"
         table.add_row(r.task_id if r.task_id != last else "", str(r.rank), f"b{r.branch_index}", f"{r.reward:.2f}",
-                      f"{r.strength:+.2f} [{r.ci_low:+.2f}, {r.ci_high:+.2f}]",
+                      f"{r.strength:+.2f} {interval}",
                       {True: "pass", False: "fail"}.get(r.objective_pass, "-"), "yes" if r.hack_detected else "")
         last = r.task_id
     Console(width=None if sys.stdout.isatty() else 160).print(table)
-    stats = result.stats
-    p = "n/a" if stats["mcnemar_p"] is None else f"{stats['mcnemar_p']:.4g}"
-    mdd = "n/a" if stats["min_detectable_delta_pp"] is None else f"{stats['min_detectable_delta_pp']:.1f} pp"
-    click.echo(f"top vs bottom half, paired by task: n={stats['n']}, McNemar p={p}, "
-               f"min detectable difference {mdd}, powered={stats['powered']}")
+    stats, seen = result.stats, result.stats["outcomes"]
+    low, high = seen["pass_rate_ci"]
+    rate = "n/a" if seen["pass_rate"] is None else f"{100 * seen['pass_rate']:.1f}%"
+    at_k = ", ".join(f"pass@{k} {v:.2f}" for k, v in list(seen["pass_at_k"].items())[:4])
+    click.echo(f"outcomes: {seen['passed']}/{seen['verified']} verified branches pass ({rate}, 95% Wilson "
+               f"[{100 * low:.1f}, {100 * high:.1f}]); {seen['usable_tasks']} of {seen['n_tasks']} tasks have "
+               f"passing and failing branches ({seen['usable_pairs']} usable pairs){'; ' + at_k if at_k else ''}")
+    if stats["test"] is None:
+        click.echo(f"no evidence test: {stats['reason']}")
+        return
+
+    def number(value, spec):
+        return "n/a" if value is None else format(value, spec)
+
+    mdd = stats["min_detectable_delta_pp"]
+    click.echo(f"does the {stats['signal']} predict the objective outcome? top vs bottom half by the signal alone, "
+               f"paired by task: n={stats['n']} pairs ({stats['ties_left_out']} tied, left out), McNemar "
+               f"p={number(stats['mcnemar_p'], '.4g')}, AUC within task {number(stats['auc_within_task'], '.3f')} "
+               f"(pooled {number(stats['auc_pooled'], '.3f')}), Spearman {number(stats['spearman'], '+.3f')}, "
+               f"min detectable difference {'n/a' if mdd is None else f'{mdd:.1f} pp'}, powered={stats['powered']}")
     click.echo(("evidence: " if stats["evidence"] else "not evidence: ") + stats["verdict"])
 
 
@@ -87,31 +105,38 @@ def _print_ranking(run_id: str, result) -> None:
 @click.option("--by", "field", default=None, help="Branch field that splits one run into arms, e.g. temperature.")
 @click.option("--a", "a_value", default=None, help="Value of --by for arm A.")
 @click.option("--b", "b_value", default=None, help="Value of --by for arm B.")
+@click.option("--select", type=click.Choice(["best-worst"]), default=None,
+              help="Choose the arms from the data (with --by, no --a/--b): on a random half of the tasks, tested "
+                   "on the other half (cross-fitting).")
+@click.option("--split-seed", type=int, default=0, show_default=True, help="Seed of --select's split of the tasks.")
 @click.option("--target-delta", type=float, default=None, help="Difference to plan for, in percentage points.")
 @click.option("--alpha", type=float, default=0.05, show_default=True, help="Significance level.")
 @click.option("--check", is_flag=True, help="Exit 0 only when powered and significant (1 otherwise), for CI scripts.")
 @_plot_option
 @json_option
 def power(db: Path | None, runs: tuple[str, str] | None, run_id: str | None, field: str | None,
-          a_value: str | None, b_value: str | None, target_delta: float | None, alpha: float, check: bool,
-          plot: Path | None, as_json: bool) -> None:
+          a_value: str | None, b_value: str | None, select: str | None, split_seed: int,
+          target_delta: float | None, alpha: float, check: bool, plot: Path | None, as_json: bool) -> None:
     """Compare two arms paired by task: pass rates with Wilson intervals, McNemar exact p, and a verdict.
 
     Arms are branches of one run split by a field (--run RUN --by temperature --a 0.5 --b 0.9),
     or two runs over the same tasks (--runs R1 R2). Within a task, the i-th verified
-    branch of arm A is paired with the i-th of arm B.
+    branch of arm A is paired with the i-th of arm B. Arms chosen by looking at the data
+    (--by temperature --select best-worst) are chosen on a random half of the tasks and
+    compared on the other half, which the choice never saw.
     """
     from factory.errors import ConfigError
-    from factory.ranking import compare_paired, load_records, pair_arms, plot_pass_rates, split_by_field
+    from factory.ranking import compare_paired, load_records, pair_arms, plot_pass_rates, select_arms, split_by_field
     from factory.store import Store
 
+    chosen = None
     with Store.open(resolve_db(db), read_only=True) as store:
         if runs:
             for rid in runs:
                 if store.run(rid) is None:
                     raise ConfigError(f"no run {rid} in {store.path}")
             paired = pair_arms(load_records(store, runs[0]), load_records(store, runs[1]), runs[0], runs[1])
-        elif field and a_value is not None and b_value is not None:
+        elif field and (select or (a_value is not None and b_value is not None)):
             if run_id is None:
                 latest = store.runs()
                 if latest.height == 0:
@@ -119,14 +144,21 @@ def power(db: Path | None, runs: tuple[str, str] | None, run_id: str | None, fie
                 run_id = latest["run_id"][0]
             elif store.run(run_id) is None:
                 raise ConfigError(f"no run {run_id} in {store.path}")
-            arm_a, arm_b = split_by_field(load_records(store, run_id), field, a_value, b_value)
-            paired = pair_arms(arm_a, arm_b, f"{field}={a_value}", f"{field}={b_value}")
+            if select:
+                chosen = select_arms(load_records(store, run_id), field, select, split_seed)
+                paired = chosen.paired
+            else:
+                arm_a, arm_b = split_by_field(load_records(store, run_id), field, a_value, b_value)
+                paired = pair_arms(arm_a, arm_b, f"{field}={a_value}", f"{field}={b_value}")
         else:
-            raise ConfigError("give --runs R1 R2, or --by FIELD --a VALUE --b VALUE [--run RUN]")
+            raise ConfigError("give --runs R1 R2, or --by FIELD --a VALUE --b VALUE [--run RUN], "
+                              "or --by FIELD --select best-worst")
     if not paired.a:
         raise ConfigError("the two arms share no verified task to pair")
     report = compare_paired(paired.a, paired.b, alpha=alpha, target_delta_pp=target_delta)
     verdict = report.verdict.replace("arm A", paired.label_a).replace("arm B", paired.label_b)
+    if chosen is not None:
+        verdict = f"{verdict} [{chosen.note()}]"
     if plot is not None:
         plot_pass_rates([
             {"label": paired.label_a, "k": report.k_a, "n": report.n, "rate": report.rate_a,
@@ -136,7 +168,8 @@ def power(db: Path | None, runs: tuple[str, str] | None, run_id: str | None, fie
         ], plot, f"{paired.label_a} vs {paired.label_b}, paired by task and branch (n={report.n})", verdict)
     if as_json:
         click.echo(dump_json({**report.to_dict(), "verdict": verdict, "arm_a": paired.label_a,
-                              "arm_b": paired.label_b, "plot": str(plot) if plot else None}))
+                              "arm_b": paired.label_b, "selection": chosen.to_dict() if chosen else None,
+                              "plot": str(plot) if plot else None}))
     else:
         for label, k, rate, (low, high) in ((paired.label_a, report.k_a, report.rate_a, report.ci_a),
                                             (paired.label_b, report.k_b, report.rate_b, report.ci_b)):

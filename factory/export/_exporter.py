@@ -110,6 +110,8 @@ def export(store: Store, format_name: str, run_ids: Sequence[str], out: str | Pa
         extra_paths[tag] = side_path(out, tag)
         write_rows(frame, extra_paths[tag])
 
+    from factory.ranking import describe_evidence
+
     powered = [stats.get("powered", False) for stats in source.ranking_stats.values()]
     evidence = [stats.get("evidence", False) for stats in source.ranking_stats.values()]
     run_info = list(source.runs.values())
@@ -136,9 +138,10 @@ def export(store: Store, format_name: str, run_ids: Sequence[str], out: str | Pa
                 **built.stats},
         length_bias=built.stats.get("length_bias"),
         judge_objective_agreement=judge_objective_agreement(source.branches),
-        # a ranking is evidence only when powered and significant (factory rank; DESIGN: statistics)
+        # evidence only from a test the ranking did not decide: the judge against the objective (DESIGN: statistics)
         powered=bool(powered) and all(powered),
         evidence=bool(evidence) and all(evidence),
+        evidence_tests=[f"{run_id}: {describe_evidence(stats)}" for run_id, stats in source.ranking_stats.items()],
         created_at=utc_now().isoformat() + "Z",
         factory_version=package_version(),
         git_sha=git_sha(Path(__file__).resolve().parent),
@@ -198,6 +201,7 @@ def write_dataset_card(folder: Path) -> Path:
             f"| judge–objective agreement | {agreement.get('agreement', '-')} (AUC {agreement.get('auc', '-')}, "
             f"n {agreement.get('n', 0)}) |",
             f"| ranking powered / evidence | {m.powered} / {m.evidence} |",
+            f"| evidence test | {'; '.join(m.evidence_tests) or '-'} |",
             "",
         ]
         if m.kto is not None:

@@ -32,7 +32,9 @@ class ExportedRun(RecordPart):
         config_hash: Hash of its result-determining settings.
         model: Its policy's model spec.
         ranked_at_export: Whether the export ranked it (it had no stored ranking).
-        ranking: Its ranking's power and evidence statistics (None: not ranked).
+        ranking: Its ranking's statistics (None: not ranked): the evidence test of the judge's signal with
+            its n, or the reason no test applies; the objective outcomes (pass rates, usable pairs, pass@k);
+            the definitions used (see ``factory.ranking``).
     """
 
     run_id: str
@@ -81,8 +83,11 @@ class ExportManifest(Record):
         counts: Branches, tasks, and the format's own counts.
         length_bias: Chosen-longer share and length ratio of the pairs (pair formats).
         judge_objective_agreement: How the judge agrees with the objective verdicts.
-        powered: Every run's ranking is powered (None: not recorded).
-        evidence: Every run's ranking is evidence, powered and significant (None: not recorded).
+        powered: Every run's evidence test is powered (False where a run has none; None: not recorded).
+        evidence: In every run a signal other than the objective (the judge) predicts the objective
+            outcome: powered, significant and in the right direction. False where no test applies
+            (an order by the objective outcome itself); ``evidence_tests`` says which (None: not recorded).
+        evidence_tests: One line per run: the test, its n and result, or why none applies.
         created_at: When (ISO 8601, UTC).
         factory_version: The factory version that wrote it.
         git_sha: The factory checkout's commit, when known.
@@ -112,6 +117,7 @@ class ExportManifest(Record):
     judge_objective_agreement: dict[str, Any] = Field(default_factory=dict)
     powered: bool | None = None
     evidence: bool | None = None
+    evidence_tests: list[str] = Field(default_factory=list)
     created_at: str | None = None
     factory_version: str | None = None
     git_sha: str | None = None

@@ -1,7 +1,8 @@
-"""Ranking: Bradley–Terry strengths with Wilson / McNemar power checks, and paired arm comparisons."""
+"""Ranking: Bradley–Terry strengths, evidence tests whose outcome the ranking did not use, paired arm comparisons."""
 
-from factory.ranking._arms import pair_arms, split_by_field
+from factory.ranking._arms import SELECTION_RULES, pair_arms, select_arms, split_by_field
 from factory.ranking._bradley_terry import BTFit, comparisons_from_winners, fit_bradley_terry
+from factory.ranking._evidence import ORDERED_BY_OUTCOME, describe_evidence, outcome_summary, signal_evidence
 from factory.ranking._pairwise import judge_pairwise
 from factory.ranking._plots import plot_pass_rates, plot_strengths
 from factory.ranking._ranker import DEFAULT_REWARDS, RankedBranch, RewardFunction, RolloutRanker
@@ -21,6 +22,8 @@ from factory.ranking._stats import (
 
 __all__ = [
     "DEFAULT_REWARDS",
+    "ORDERED_BY_OUTCOME",
+    "SELECTION_RULES",
     "BTFit",
     "BranchRecord",
     "PairwiseOutcome",
@@ -30,6 +33,7 @@ __all__ = [
     "RolloutRanker",
     "compare_paired",
     "comparisons_from_winners",
+    "describe_evidence",
     "fit_bradley_terry",
     "judge_pairwise",
     "load_pairwise",
@@ -37,12 +41,15 @@ __all__ = [
     "mcnemar_exact",
     "mcnemar_exact_many",
     "min_detectable_delta_pp",
+    "outcome_summary",
     "pair_arms",
     "paired_sample_size",
     "pass_at_k",
     "plot_pass_rates",
     "plot_strengths",
     "powered",
+    "select_arms",
+    "signal_evidence",
     "split_by_field",
     "wilson_half_width",
     "wilson_interval",

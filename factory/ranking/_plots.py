@@ -33,6 +33,10 @@ def _pyplot() -> Any:
 def plot_strengths(rows: Sequence[dict[str, Any]], path: Path, title: str) -> Path:
     """Forest plot: one row per branch (grouped by task), Bradley–Terry strength with its interval.
 
+    The intervals are drawn as given (the ranker's never have zero width: see
+    :func:`~factory.ranking.fit_bradley_terry`); a branch without one (the
+    only branch of its task) is a point marked "no interval".
+
     Args:
         rows: Dicts with ``task_id``, ``branch_index``, ``rank``, ``strength``, ``ci_low``, ``ci_high``,
             ``objective_pass``; ranked order within each task.
@@ -53,13 +57,18 @@ def plot_strengths(rows: Sequence[dict[str, Any]], path: Path, title: str) -> Pa
         low, high, mid = row.get("ci_low"), row.get("ci_high"), row.get("strength")
         if low is not None and high is not None:
             ax.hlines(y, low, high, color=color, linewidth=2, zorder=2)
+        elif mid is not None:
+            ax.annotate("no interval (one branch)", (mid, y), xytext=(8, 0), textcoords="offset points",
+                        va="center", fontsize=7, color=_UNKNOWN)
         if mid is not None:
             ax.plot(mid, y, "o", color=color, markersize=6, zorder=3)
         labels.append(f"{row['task_id']} · b{row['branch_index']} (#{row['rank']})")
     ax.axvline(0.0, color="#999999", linewidth=0.8, linestyle="--", zorder=1)
     ax.set_yticks(range(len(shown)), labels, fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlabel("Bradley–Terry strength (log scale, within-task fit; comparable within a task only)")
+    ax.set_xlabel("Bradley–Terry strength with 95% interval (log scale, within-task fit; comparable within a "
+                  "task only)\nintervals: Fisher (Laplace) of the prior-regularised fit below 50 comparisons per "
+                  "branch, else bootstrap widened to it", fontsize=8)
     note = "" if len(rows) <= _MAX_ROWS else f"  (first {_MAX_ROWS} of {len(rows)} branches)"
     ax.set_title(title + note, fontsize=10, loc="left")
     from matplotlib.lines import Line2D

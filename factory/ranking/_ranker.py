@@ -1,58 +1,87 @@
-"""``RolloutRanker``: order each task's branches and say whether the order is evidence.
+"""``RolloutRanker``: order each task's branches, and test what can be tested about the order.
 
 **Reward.** A branch's reward is a weighted sum of reward functions of its
 record. Defaults: ``objective`` (weight 1.0) = the mean score of its latest
 objective verdicts (tests passed/total after any hack penalty, answer 0/1,
-...), and ``judge`` (weight 0.3) = the judge's median score / 10. Users add
-their own ``(weight, fn)`` pairs.
+...), and ``judge`` (weight 0.3) = the judge's median score / 10 (a branch
+the judge did not score gets 0 here and has no judge signal). Users add
+their own ``(weight, fn)`` pairs; a function returning None contributes 0.
 
 **Strengths.** Within each task, Bradley–Terry strengths come from the
 judge's position-swapped pairwise comparisons when there are any (a pair
 whose two orders disagree is a tie), and otherwise from the rewards (every
 pair of branches compared: the higher reward wins, equal rewards tie). Each
-task is its own fit: strengths are comparable within a task only.
+task is its own fit: strengths are comparable within a task only. Their
+intervals follow :func:`~factory.ranking.fit_bradley_terry`'s ``"auto"``
+rule (Fisher intervals of the prior-regularised fit below 50 comparisons
+per branch, the bootstrap widened to them above), so they are never of zero
+width; a task with a single branch has no interval (None).
 
 **Order and ties.** Branches are sorted by reward (higher first), then by
 strength (higher first), both rounded to 9 decimals, then by branch index
 (lower first), so equal branches always come out in the same order.
 
-**Is the order evidence?** ``stats`` compares the objective outcomes of the
-top and bottom halves of every task, paired by task: with m verified
-branches ranked 1..m and h = m // 2, rank i is paired with rank m − h + i
-for i = 1..h (the middle branch of an odd m sits out). Each pair is one item
-of an exact McNemar test (``mcnemar_p``); ``n`` is the number of such pairs;
-``powered`` and ``min_detectable_delta_pp`` follow the Wilson rule and the
-paired-difference approximation of :mod:`._stats`. A ranking is evidence
-only when it is powered and p < α.
+**Is anything evidence?** Not the order against the objective outcome: the
+reward is mostly that outcome, so the top half passes more by construction.
+``stats`` (see :mod:`factory.ranking._evidence` for every definition) tests
+instead the **signal** — what orders branches besides the objective — for
+whether it predicts the objective outcome:
+
+- in a task with pairwise judge comparisons, the strengths fitted to them
+  (a branch in no comparison has no signal);
+- elsewhere, the sum of the weighted reward components *not* named in
+  ``objective_rewards`` (default: everything but ``objective``, i.e. the
+  judge's score), where at least one of those functions returned a value.
+
+Within each task the branches are sorted by the signal alone and the top
+half's objective passes are compared with the bottom half's, paired by task
+(exact McNemar); ``evidence`` needs a powered test, p < α and the top half
+passing more. When no branch has a signal, the order is the objective
+outcome itself: ``test`` is None, ``evidence`` False, and ``reason`` says
+:data:`~factory.ranking.ORDERED_BY_OUTCOME`. Either way ``outcomes`` holds
+what the verdicts themselves say (pass rates with Wilson intervals, tasks
+with both passing and failing branches, usable pairs, pass@k), and
+``definitions`` the words behind every number.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
 from factory.ranking._bradley_terry import fit_bradley_terry
+from factory.ranking._evidence import EVIDENCE_DEFINITIONS, ORDERED_BY_OUTCOME, outcome_summary, signal_evidence
 from factory.ranking._records import BranchRecord, PairwiseOutcome
-from factory.ranking._stats import PowerPolicy, compare_paired
+from factory.ranking._stats import PowerPolicy
 
 __all__ = ["DEFAULT_REWARDS", "RankResult", "RankedBranch", "RewardFunction", "RolloutRanker"]
 
-#: A reward function maps a branch record to a number (before its weight).
-RewardFunction = Callable[[BranchRecord], float]
+#: A reward function maps a branch record to a number (before its weight); None means "no value" (counts 0).
+RewardFunction = Callable[[BranchRecord], float | None]
 
 #: The reward when none is given: objective score, plus three tenths of the judge's.
+#: The reward when none is given: objective score, plus three tenths of the judge's (None, counted 0,
+#: for a branch the judge did not score: it has no judge signal).
 DEFAULT_REWARDS: dict[str, tuple[float, RewardFunction]] = {
     "objective": (1.0, lambda record: record.objective_score),
-    "judge": (0.3, lambda record: record.judge_score or 0.0),
+    "judge": (0.3, lambda record: record.judge_score),
 }
+
+#: Where a branch's signal came from (see the module docstring).
+PAIRWISE_SIGNAL = "judge pairwise strengths"
 
 
 @dataclass(frozen=True)
 class RankedBranch:
-    """A branch's place in its task's order."""
+    """A branch's place in its task's order.
+
+    ``ci_low``/``ci_high`` are None for a task's only branch (nothing to
+    compare it with). ``signal`` is what the evidence test ranks this branch
+    by (None: it has none), and ``signal_source`` says what that is.
+    """
 
     task_id: str
     branch_index: int
@@ -60,10 +89,12 @@ class RankedBranch:
     reward: float
     components: dict[str, float]
     strength: float
-    ci_low: float
-    ci_high: float
+    ci_low: float | None
+    ci_high: float | None
     objective_pass: bool | None
     hack_detected: bool
+    signal: float | None = None
+    signal_source: str | None = None
 
     def row(self, run_id: str) -> dict[str, Any]:
         """The ``rankings`` table row."""
@@ -72,18 +103,22 @@ class RankedBranch:
         return {"run_id": run_id, "task_id": self.task_id, "branch_index": self.branch_index, "rank": self.rank,
                 "strength": self.strength, "ci_low": self.ci_low, "ci_high": self.ci_high, "reward": self.reward,
                 "components": {**self.components, "objective_pass": self.objective_pass,
-                               "hack_detected": self.hack_detected},
+                               "hack_detected": self.hack_detected, "signal": self.signal,
+                               "signal_source": self.signal_source},
                 "created_at": utc_now()}
 
 
 @dataclass
 class RankResult:
-    """The ranking and whether it is powered.
+    """The ranking, and what can be tested about it.
 
     Attributes:
         ranked: Every branch, grouped by task (tasks sorted), best first within a task.
-        stats: ``n``, ``n_tasks``, ``powered``, ``min_detectable_delta_pp``, ``mcnemar_p``,
-            ``significant``, ``evidence``, the two halves' pass rates and a plain-words ``verdict``.
+        stats: The evidence test of the signal (``test``, ``signal``, ``n``, ``n_tasks``, ``powered``,
+            ``mcnemar_p``, ``significant``, ``evidence``, ``top_pass_rate``, ``bottom_pass_rate``,
+            ``auc_within_task``, ``auc_pooled``, ``spearman``, ``min_detectable_delta_pp``, ``verdict``), or
+            ``test`` None with the ``reason`` when the order is the objective outcome itself; always
+            ``outcomes`` (:func:`~factory.ranking.outcome_summary`), ``order`` and ``definitions``.
     """
 
     ranked: list[RankedBranch]
@@ -98,99 +133,181 @@ class RolloutRanker:
 
     Args:
         rewards: Name -> (weight, function); default :data:`DEFAULT_REWARDS`.
-        policy: When a comparison counts as powered.
-        alpha: Significance level.
-        bootstrap_rounds: Rounds for the strengths' confidence intervals.
+        policy: When a test counts as powered.
+        alpha: Significance level, and 1 − confidence of every interval.
+        bootstrap_rounds: Rounds for the strengths' bootstrap intervals (where a branch has enough comparisons).
         seed: Bootstrap seed.
+        objective_rewards: Names of the reward functions that read the objective verdicts; the others
+            make up the signal the evidence test ranks by.
     """
 
     def __init__(self, rewards: Mapping[str, tuple[float, RewardFunction]] | None = None,
-                 policy: PowerPolicy | None = None, alpha: float = 0.05, bootstrap_rounds: int = 200, seed: int = 0):
+                 policy: PowerPolicy | None = None, alpha: float = 0.05, bootstrap_rounds: int = 200, seed: int = 0,
+                 objective_rewards: Collection[str] = ("objective",)):
         self.rewards = dict(DEFAULT_REWARDS if rewards is None else rewards)
         self.policy = policy or PowerPolicy()
         self.alpha = alpha
         self.bootstrap_rounds = bootstrap_rounds
         self.seed = seed
+        self.objective_rewards = frozenset(objective_rewards)
 
     def components(self, record: BranchRecord) -> dict[str, float]:
-        """Each reward function's weighted contribution."""
-        return {name: float(weight) * float(fn(record)) for name, (weight, fn) in self.rewards.items()}
+        """Each reward function's weighted contribution (0 where it returned None)."""
+        parts = {}
+        for name, (weight, fn) in self.rewards.items():
+            value = fn(record)
+            parts[name] = 0.0 if value is None else float(weight) * float(value)
+        return parts
+
+    def reward_signal(self, record: BranchRecord) -> float | None:
+        """The weighted sum of the reward functions outside ``objective_rewards``; None when none returned a value."""
+        values = [(weight, fn(record)) for name, (weight, fn) in self.rewards.items()
+                  if name not in self.objective_rewards]
+        given = [float(weight) * float(value) for weight, value in values if value is not None]
+        return sum(given) if given else None
+
+    def _signal_name(self) -> str:
+        names = [name for name in self.rewards if name not in self.objective_rewards]
+        return "rewards without the objective: " + ", ".join(names) if names else "rewards without the objective"
+
+    @staticmethod
+    def _pairwise_rows(records: list[BranchRecord], pairwise: list[PairwiseOutcome]) -> list[tuple[int, int, float]]:
+        local = {record.branch_index: i for i, record in enumerate(records)}
+        return [(local[p.a], local[p.b], p.outcome) for p in pairwise if p.a in local and p.b in local]
+
+    def _task_signals(self, records: list[BranchRecord], rows: list[tuple[int, int, float]],
+                      strengths: np.ndarray | None) -> tuple[list[float | None], str | None]:
+        """Each branch's signal and its source: pairwise strengths where the judge compared, else the rewards'."""
+        if rows:
+            if strengths is None:
+                strengths = fit_bradley_terry(np.array(rows, dtype=float), n_items=len(records), ci=None).strengths
+            compared = {int(i) for row in rows for i in row[:2]}
+            return [float(strengths[i]) if i in compared else None for i in range(len(records))], PAIRWISE_SIGNAL
+        signals = [self.reward_signal(record) for record in records]
+        return signals, (self._signal_name() if any(s is not None for s in signals) else None)
 
     def _task_order(self, records: list[BranchRecord], pairwise: list[PairwiseOutcome]) -> list[RankedBranch]:
-        local = {record.branch_index: i for i, record in enumerate(records)}
         parts = [self.components(r) for r in records]
         rewards = np.array([sum(p.values()) for p in parts])
-        rows = [(local[p.a], local[p.b], p.outcome) for p in pairwise if p.a in local and p.b in local]
+        judged = self._pairwise_rows(records, pairwise)
+        rows = list(judged)
         if not rows:  # no judge comparisons: compare every pair by reward
             for i in range(len(records)):
                 for j in range(i + 1, len(records)):
                     diff = rewards[i] - rewards[j]
                     rows.append((i, j, 0.5 if abs(diff) < 1e-12 else float(diff > 0)))
+        lows: Sequence[float | None]
+        highs: Sequence[float | None]
         if rows:
             fit = fit_bradley_terry(np.array(rows, dtype=float), n_items=len(records),
                                     bootstrap_rounds=self.bootstrap_rounds, alpha=self.alpha, seed=self.seed)
-            strengths, lows, highs = fit.strengths, fit.ci_low, fit.ci_high
-        else:  # a single branch
-            strengths = lows = highs = np.zeros(len(records))
+            strengths, lows, highs = fit.strengths, fit.ci_low.tolist(), fit.ci_high.tolist()
+        else:  # a single branch: nothing to compare it with, so no interval
+            strengths, lows, highs = np.zeros(len(records)), [None] * len(records), [None] * len(records)
+        signals, source = self._task_signals(records, judged, strengths if judged else None)
         # Rounded so that rounding noise in equal fits never decides the order; the index does.
         order = sorted(range(len(records)), key=lambda i: (-round(float(rewards[i]), 9),
                                                            -round(float(strengths[i]), 9), records[i].branch_index))
         return [
             RankedBranch(records[i].task_id, records[i].branch_index, rank, float(rewards[i]), parts[i],
-                         float(strengths[i]), float(lows[i]), float(highs[i]), records[i].objective_pass,
-                         records[i].hack_detected)
+                         float(strengths[i]), lows[i], highs[i], records[i].objective_pass,
+                         records[i].hack_detected, signals[i], source if signals[i] is not None else None)
             for rank, i in enumerate(order, start=1)
         ]
 
-    def rank(self, records: Sequence[BranchRecord], pairwise: Sequence[PairwiseOutcome] = ()) -> RankResult:
-        """Rank every task's branches and test whether the top halves beat the bottom halves."""
+    @staticmethod
+    def _by_task(records: Sequence[BranchRecord],
+                 pairwise: Sequence[PairwiseOutcome]) -> tuple[dict[str, list[BranchRecord]],
+                                                               dict[str, list[PairwiseOutcome]]]:
         by_task: dict[str, list[BranchRecord]] = {}
         for record in sorted(records, key=lambda r: (r.task_id, r.branch_index)):
             by_task.setdefault(record.task_id, []).append(record)
         pairs_by_task: dict[str, list[PairwiseOutcome]] = {}
         for outcome in pairwise:
             pairs_by_task.setdefault(outcome.task_id, []).append(outcome)
+        return by_task, pairs_by_task
+
+    def rank(self, records: Sequence[BranchRecord], pairwise: Sequence[PairwiseOutcome] = ()) -> RankResult:
+        """Rank every task's branches, and test whether the signal (not the order) predicts the objective outcome."""
+        by_task, pairs_by_task = self._by_task(records, pairwise)
         ranked: list[RankedBranch] = []
         for task_id, task_records in by_task.items():
             ranked.extend(self._task_order(task_records, pairs_by_task.get(task_id, [])))
         return RankResult(ranked, self.stats_of(ranked))
 
+    def evidence_of(self, records: Sequence[BranchRecord],
+                    pairwise: Sequence[PairwiseOutcome] = ()) -> dict[str, Any]:
+        """The ``stats`` :meth:`rank` would give, without ordering the branches or computing intervals.
+
+        The statistics depend on the signals and the objective outcomes only,
+        never on the order, so a stored ranking's statistics can be recomputed
+        from the run's records (as an export does).
+        """
+        by_task, pairs_by_task = self._by_task(records, pairwise)
+        rows_by_task = {task_id: self._pairwise_rows(task_records, pairs_by_task.get(task_id, []))
+                        for task_id, task_records in by_task.items()}
+        strengths = self._joint_strengths(by_task, rows_by_task)
+        branches = []
+        for task_id, task_records in by_task.items():
+            signals, source = self._task_signals(task_records, rows_by_task[task_id], strengths.get(task_id))
+            branches.extend(RankedBranch(r.task_id, r.branch_index, 0, 0.0, {}, 0.0, None, None, r.objective_pass,
+                                         r.hack_detected, signal, source if signal is not None else None)
+                            for r, signal in zip(task_records, signals))
+        return self.stats_of(branches)
+
+    @staticmethod
+    def _joint_strengths(by_task: Mapping[str, list[BranchRecord]],
+                         rows_by_task: Mapping[str, list[tuple[int, int, float]]]) -> dict[str, np.ndarray]:
+        """Every judged task's pairwise strengths from one fit, each task centred on its own.
+
+        Tasks share no comparison, and the prior ties each branch to a fixed
+        reference, so the joint posterior is the product of the tasks' own:
+        one fit gives each task's strengths up to its offset, which centring
+        removes. One fit of all tasks costs far less than one per task.
+        """
+        offsets, rows = {}, []
+        total = 0
+        for task_id, task_rows in rows_by_task.items():
+            if task_rows:
+                offsets[task_id] = total
+                rows.extend((i + total, j + total, outcome) for i, j, outcome in task_rows)
+            total += len(by_task[task_id]) if task_rows else 0
+        if not rows:
+            return {}
+        joint = fit_bradley_terry(np.array(rows, dtype=float), n_items=total, ci=None).strengths
+        out = {}
+        for task_id, start in offsets.items():
+            part = joint[start:start + len(by_task[task_id])]
+            out[task_id] = part - part.mean()
+        return out
+
+    def _order_words(self) -> str:
+        weights = " + ".join(f"{name} {weight:g}" for name, (weight, _) in self.rewards.items())
+        return (f"reward ({weights}), then Bradley-Terry strength, then branch index; the test below uses "
+                f"the signal alone, never this order")
+
     def stats_of(self, ranked: Sequence[RankedBranch]) -> dict[str, Any]:
-        """Whether an order is evidence: top vs bottom halves of every task, paired by task (module docstring).
+        """What can be tested about ranked branches (the module docstring says what and how).
 
         Args:
-            ranked: Ranked branches of any number of tasks (each task's in rank order, or with ranks to sort by).
+            ranked: Ranked branches of any number of tasks, with their ``signal`` (branches built
+                without one count as having none).
         """
-        by_task: dict[str, list[RankedBranch]] = {}
-        for branch in ranked:
-            by_task.setdefault(branch.task_id, []).append(branch)
-        top: list[bool] = []
-        bottom: list[bool] = []
-        for order in by_task.values():
-            verified = [r for r in sorted(order, key=lambda r: r.rank) if r.objective_pass is not None]
-            half = len(verified) // 2
-            for i in range(half):
-                top.append(bool(verified[i].objective_pass))
-                bottom.append(bool(verified[len(verified) - half + i].objective_pass))
-        return self._stats(top, bottom, len(by_task))
-
-    def _stats(self, top: list[bool], bottom: list[bool], n_tasks: int) -> dict[str, Any]:
-        if not top:
-            return {"n": 0, "n_tasks": n_tasks, "powered": False, "min_detectable_delta_pp": None,
-                    "mcnemar_p": None, "significant": False, "evidence": False, "top_pass_rate": None,
-                    "bottom_pass_rate": None, "verdict": "not powered: no task has two verified branches"}
-        report = compare_paired(top, bottom, alpha=self.alpha, policy=self.policy)
-        mdd = report.min_detectable_delta_pp
-        return {
-            "n": report.n,
-            "n_tasks": n_tasks,
-            "powered": report.powered,
-            "min_detectable_delta_pp": None if mdd is None or not np.isfinite(mdd) else float(mdd),
-            "mcnemar_p": report.p_value,
-            "significant": report.significant,
-            "evidence": report.evidence,
-            "top_pass_rate": report.rate_a,
-            "bottom_pass_rate": report.rate_b,
-            "verdict": report.verdict.replace("arm A", "the top half").replace("arm B", "the bottom half"),
-            "compared": "objective pass of rank i vs rank m-h+i within each task (h = m // 2), paired by task",
-        }
+        branches = sorted(ranked, key=lambda r: (r.task_id, r.branch_index))
+        tasks = [r.task_id for r in branches]
+        outcomes = [r.objective_pass for r in branches]
+        summary = outcome_summary(tasks, outcomes, alpha=self.alpha)
+        common = {"n_tasks": len(set(tasks)), "order": self._order_words(), "outcomes": summary,
+                  "definitions": EVIDENCE_DEFINITIONS}
+        sources = sorted({r.signal_source or "signal" for r in branches if r.signal is not None})
+        if not sources:
+            usable = (f"{summary['usable_tasks']} of {summary['n_tasks']} tasks have both passing and failing "
+                      f"branches ({summary['usable_pairs']} usable pairs)")
+            return {"test": None, "signal": None, "reason": ORDERED_BY_OUTCOME, "n": 0, "powered": False,
+                    "min_detectable_delta_pp": None, "mcnemar_p": None, "significant": False, "evidence": False,
+                    "top_pass_rate": None, "bottom_pass_rate": None, "auc_within_task": None,
+                    "auc_pooled": None, "spearman": None, **common,
+                    "verdict": f"{ORDERED_BY_OUTCOME}; {usable}", "compared": None}
+        test = signal_evidence(tasks, [r.signal for r in branches], outcomes, alpha=self.alpha, policy=self.policy,
+                               signal_name=" / ".join(sources))
+        return {**test, "reason": None, **common}

@@ -54,7 +54,11 @@ def test_every_format_validates_loads_with_datasets_and_says_where_rows_came_fro
     assert manifest["format"] == fmt and manifest["file"] == result.path.name
     assert manifest["dataset_hash"].startswith("sha256:") and manifest["config_hash"].startswith("sha256:")
     assert manifest["powered"] is False and "judge_objective_agreement" in manifest
-    assert manifest["runs"][0]["ranking"]["verdict"].startswith("not powered")
+    # no judge in this run: the order is the verifier's own outcome, so no evidence test applies, and it says so
+    ranking = manifest["runs"][0]["ranking"]
+    assert ranking["test"] is None and ranking["reason"].startswith("ordered by the verifier's own outcome")
+    assert ranking["outcomes"]["verified"] > 0 and "usable_pairs" in ranking["definitions"]
+    assert manifest["evidence"] is False and manifest["evidence_tests"] == [f"r1: {ranking['reason']}"]
     # the file is the typed record as written, versioned, and reads back as the same record
     assert manifest["schema_version"] == 1 and ("kto" in manifest) == (fmt == "kto")
     assert ExportManifest.from_stored(result.manifest_path.read_text()) == result.manifest

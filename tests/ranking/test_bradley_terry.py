@@ -123,7 +123,7 @@ def comparison_lists(draw) -> list[tuple[int, int, float]]:
     return rows
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(rows=comparison_lists(), data=st.data())
 def test_shuffled_or_mirrored_rows_give_the_identical_fit(rows, data):
     order = data.draw(st.permutations(range(len(rows))))
@@ -131,11 +131,12 @@ def test_shuffled_or_mirrored_rows_give_the_identical_fit(rows, data):
     # (i, j, o) and (j, i, 1 − o) record the same comparison.
     shuffled = [(rows[k][1], rows[k][0], 1.0 - rows[k][2]) if flip else rows[k] for k, flip in zip(order, mirror)]
     n_items = max(max(i, j) for i, j, _ in rows) + 1
-    a = fit_bradley_terry(rows, n_items, bootstrap_rounds=20, seed=7)
-    b = fit_bradley_terry(shuffled, n_items, bootstrap_rounds=20, seed=7)
-    assert np.array_equal(a.strengths, b.strengths)
-    assert np.array_equal(a.ci_low, b.ci_low) and np.array_equal(a.ci_high, b.ci_high)
-    assert a.iterations == b.iterations
+    for ci in ("bootstrap", "auto"):
+        a = fit_bradley_terry(rows, n_items, ci=ci, bootstrap_rounds=20, seed=7, min_bootstrap_comparisons=3)
+        b = fit_bradley_terry(shuffled, n_items, ci=ci, bootstrap_rounds=20, seed=7, min_bootstrap_comparisons=3)
+        assert np.array_equal(a.strengths, b.strengths)
+        assert np.array_equal(a.ci_low, b.ci_low) and np.array_equal(a.ci_high, b.ci_high)
+        assert a.iterations == b.iterations
 
 
 # --------------------------------------------------------------------------- ties and closed forms
@@ -219,6 +220,84 @@ def test_intervals_cover_the_true_strengths(ci, simulations):
     assert 0.90 <= hits / total <= 0.99
 
 
+# --------------------------------------------------------------------------- honest intervals (ci="auto")
+
+
+@settings(max_examples=80, deadline=None)
+@given(rows=comparison_lists(), extra_items=st.integers(0, 2))
+def test_auto_intervals_never_have_zero_width(rows, extra_items):
+    """Whatever the data (one comparison, all ties, an undefeated item, items never compared), width > 0."""
+    n_items = max(max(i, j) for i, j, _ in rows) + 1 + extra_items
+    fit = fit_bradley_terry(rows, n_items, bootstrap_rounds=20, min_bootstrap_comparisons=5)
+    width = fit.ci_high - fit.ci_low
+    assert np.all(np.isfinite(width)) and np.all(width > 0)
+    assert np.all(fit.ci_low <= fit.strengths) and np.all(fit.strengths <= fit.ci_high)
+
+
+def test_one_comparison_is_not_certainty():
+    """The issue's example: two branches, one comparison. The bare bootstrap repeats it (zero width); auto does not."""
+    bare = fit_bradley_terry([(0, 1, 1.0)], ci="bootstrap", bootstrap_rounds=50)
+    assert np.array_equal(bare.ci_low, bare.ci_high)  # the defect auto exists to avoid
+    fit = fit_bradley_terry([(0, 1, 1.0)])
+    assert fit.ci_method == "auto" and not fit.ci_bootstrapped.any()
+    assert fit.strengths[0] == pytest.approx(1.67, abs=0.01)
+    # one win says the winner is probably ahead, not by how much: the interval spans zero and is wide
+    assert fit.ci_low[0] < 0 < fit.ci_high[0] and fit.ci_high[0] - fit.ci_low[0] > 5
+    single = fit_bradley_terry([], n_items=1)
+    assert np.isnan(single.ci_low).all() and np.isnan(single.ci_high).all()
+
+
+def test_auto_bootstraps_only_items_with_enough_varied_comparisons():
+    # items 0 and 1 split 60 games; item 2 lost all 60 it played, item 3 played 4
+    rows = [(0, 1, 1.0)] * 30 + [(1, 0, 1.0)] * 30 + [(1, 2, 1.0)] * 60 + [(3, 0, 1.0), (0, 3, 1.0)] * 2
+    fit = fit_bradley_terry(rows, bootstrap_rounds=50)
+    assert fit.ci_bootstrapped.tolist() == [True, True, False, False] and fit.bootstrap_rounds == 50
+    fisher = fit_bradley_terry(rows, ci="fisher")
+    # Fisher where the rule says so; never narrower than Fisher where bootstrapped
+    np.testing.assert_array_equal(fit.ci_low[2:], fisher.ci_low[2:])
+    assert np.all(fit.ci_low[:2] <= fisher.ci_low[:2]) and np.all(fit.ci_high[:2] >= fisher.ci_high[:2])
+    # prior 0 cannot be bootstrapped (a resample may have no MLE): auto is Fisher throughout
+    connected = [(0, 1, 1.0), (1, 0, 1.0)] * 40
+    assert not fit_bradley_terry(connected, prior=0.0).ci_bootstrapped.any()
+
+
+@pytest.mark.parametrize("games", [1, 2, 5, 10])
+def test_auto_width_shrinks_as_comparisons_grow(games):
+    """The same mixed record repeated k times (more comparisons, same rates): every interval narrows."""
+    base = [(0, 1, 1.0), (0, 1, 1.0), (1, 0, 1.0), (1, 2, 1.0), (2, 1, 0.5), (2, 0, 1.0), (0, 2, 1.0)] * games
+    fits = [fit_bradley_terry(base * k, bootstrap_rounds=40) for k in (1, 2, 4, 16)]
+    widths = [fit.ci_high - fit.ci_low for fit in fits]
+    for narrow, wide in zip(widths[1:], widths[:-1]):
+        assert np.all(narrow < wide)
+
+
+@pytest.mark.parametrize(("n_items", "n_comparisons", "simulations", "regime"), [
+    (6, 60, 200, "fisher"),  # 20 comparisons per item: Fisher intervals
+    (4, 200, 40, "bootstrap"),  # 100 per item: bootstrap, never narrower than Fisher
+])
+def test_auto_intervals_cover_the_true_strengths_within_3pp(n_items, n_comparisons, simulations, regime):
+    hits = total = bootstrapped = 0
+    for seed in range(simulations):
+        theta, comparisons = synthetic(n_items, n_comparisons, seed=2000 + seed, spread=0.8)
+        fit = fit_bradley_terry(comparisons, n_items, bootstrap_rounds=100, seed=seed)
+        hits += int(np.sum((fit.ci_low <= theta) & (theta <= fit.ci_high)))
+        bootstrapped += int(fit.ci_bootstrapped.sum())
+        total += theta.size
+    assert bootstrapped == (total if regime == "bootstrap" else 0)
+    # measured: 96.2 % (1,200 intervals) and 95.4 % (240)
+    assert abs(hits / total - 0.95) <= 0.03
+
+
+def test_auto_intervals_with_few_comparisons_err_on_the_wide_side():
+    hits = total = 0
+    for seed in range(150):
+        theta, comparisons = synthetic(6, 20, seed=3000 + seed, spread=0.8)  # ~7 comparisons per item
+        fit = fit_bradley_terry(comparisons, 6)
+        hits += int(np.sum((fit.ci_low <= theta) & (theta <= fit.ci_high)))
+        total += theta.size
+    assert hits / total >= 0.95
+
+
 def test_bootstrap_and_fisher_agree_when_data_are_plentiful():
     _, comparisons = synthetic(12, 20_000, seed=6)
     boot = fit_bradley_terry(comparisons, ci="bootstrap", bootstrap_rounds=200)
@@ -229,9 +308,9 @@ def test_bootstrap_and_fisher_agree_when_data_are_plentiful():
 
 def test_bootstrap_is_seeded():
     _, comparisons = synthetic(8, 300, seed=7)
-    first = fit_bradley_terry(comparisons, bootstrap_rounds=50, seed=11)
-    again = fit_bradley_terry(comparisons, bootstrap_rounds=50, seed=11)
-    other = fit_bradley_terry(comparisons, bootstrap_rounds=50, seed=12)
+    first = fit_bradley_terry(comparisons, ci="bootstrap", bootstrap_rounds=50, seed=11)
+    again = fit_bradley_terry(comparisons, ci="bootstrap", bootstrap_rounds=50, seed=11)
+    other = fit_bradley_terry(comparisons, ci="bootstrap", bootstrap_rounds=50, seed=12)
     assert np.array_equal(first.ci_low, again.ci_low) and np.array_equal(first.ci_high, again.ci_high)
     assert not np.array_equal(first.ci_low, other.ci_low)
     assert np.array_equal(first.strengths, other.strengths)
@@ -240,17 +319,17 @@ def test_bootstrap_is_seeded():
 def test_bootstrap_batches_do_not_change_the_rounds(monkeypatch):
     """Rounds refit many per batch (small problems) or one at a time (large ones): the same resamples, same fits."""
     _, comparisons = synthetic(8, 400, seed=8, tie_rate=0.1)
-    batched = fit_bradley_terry(comparisons, bootstrap_rounds=40, seed=3)
+    batched = fit_bradley_terry(comparisons, ci="bootstrap", bootstrap_rounds=40, seed=3)
     monkeypatch.setattr(_bradley_terry, "_BATCH_CELLS", 1)
-    one_by_one = fit_bradley_terry(comparisons, bootstrap_rounds=40, seed=3)
+    one_by_one = fit_bradley_terry(comparisons, ci="bootstrap", bootstrap_rounds=40, seed=3)
     np.testing.assert_allclose(one_by_one.ci_low, batched.ci_low, atol=1e-7)
     np.testing.assert_allclose(one_by_one.ci_high, batched.ci_high, atol=1e-7)
 
 
 def test_mm_bootstrap_agrees_with_newton_bootstrap():
     _, comparisons = synthetic(8, 400, seed=9)
-    newton = fit_bradley_terry(comparisons, bootstrap_rounds=40, method="newton")
-    mm = fit_bradley_terry(comparisons, bootstrap_rounds=40, method="mm")
+    newton = fit_bradley_terry(comparisons, ci="bootstrap", bootstrap_rounds=40, method="newton")
+    mm = fit_bradley_terry(comparisons, ci="bootstrap", bootstrap_rounds=40, method="mm")
     np.testing.assert_allclose(mm.ci_low, newton.ci_low, atol=1e-6)
     np.testing.assert_allclose(mm.ci_high, newton.ci_high, atol=1e-6)
 
@@ -268,11 +347,14 @@ def test_order_is_strongest_first_and_equal_strengths_keep_index_order():
 
 
 def test_to_dict_is_json_ready():
-    fit = fit_bradley_terry([(0, 1, 1.0), (1, 2, 0.5), (2, 0, 0.0)], bootstrap_rounds=20)
+    fit = fit_bradley_terry([(0, 1, 1.0), (1, 2, 0.5), (2, 0, 0.0)], ci="bootstrap", bootstrap_rounds=20)
     out = json.loads(json.dumps(fit.to_dict(), allow_nan=False))
     assert out["strengths"] == pytest.approx(fit.strengths.tolist())
     assert out["order"] == fit.order().tolist() and out["n_items"] == 3 and out["n_comparisons"] == 3
     assert out["ci_method"] == "bootstrap" and out["bootstrap_rounds"] == 20
+    assert out["ci_bootstrapped"] == [True, True, True]
+    auto = json.loads(json.dumps(fit_bradley_terry([(0, 1, 1.0)]).to_dict(), allow_nan=False))
+    assert auto["ci_method"] == "auto" and auto["ci_bootstrapped"] == [False, False] and auto["bootstrap_rounds"] == 0
     no_ci = fit_bradley_terry([(0, 1, 1.0)], ci=None).to_dict()
     assert no_ci["ci_low"] == [None, None]
 
@@ -317,7 +399,8 @@ def test_comparisons_from_winners_builds_the_rows():
     ([(0, 1, 1.0)], {"ci": "wald"}, "ci"),
     ([(0, 1, 1.0)], {"method": "lbfgs"}, "method"),
     ([(0, 1, 1.0)], {"bootstrap_rounds": 0}, "bootstrap_rounds"),
-    ([(0, 1, 1.0), (1, 0, 1.0)], {"prior": 0.0}, "bootstrapped"),
+    ([(0, 1, 1.0), (1, 0, 1.0)], {"prior": 0.0, "ci": "bootstrap"}, "bootstrapped"),
+    ([(0, 1, 1.0)], {"min_bootstrap_comparisons": 0}, "min_bootstrap_comparisons"),
 ])
 def test_rejects_malformed_input(rows, options, message):
     with pytest.raises(ConfigError, match=message):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 
@@ -12,7 +13,15 @@ import pytest
 
 from factory.errors import ConfigError
 from factory.models import create_model
-from factory.ranking import BranchRecord, PairwiseOutcome, RolloutRanker, pair_arms, split_by_field
+from factory.ranking import (
+    ORDERED_BY_OUTCOME,
+    BranchRecord,
+    PairwiseOutcome,
+    RankedBranch,
+    RolloutRanker,
+    pair_arms,
+    split_by_field,
+)
 from factory.rollouts import ForkConfig, RolloutForkRunner
 from factory.store import Store
 from factory.tasks import Task
@@ -49,15 +58,81 @@ def test_custom_reward_functions():
     assert [r.branch_index for r in ranked] == [0, 1, 2]
 
 
-def test_stats_pair_top_and_bottom_halves_by_task():
+def test_an_order_by_the_objective_itself_is_not_tested_and_says_so():
+    """Ranked by reward = objective, the top half passes by construction: no test, the reason, and the outcomes."""
     separated = [record(f"t{t}", i, i < 2) for t in range(12) for i in range(4)]
     stats = RolloutRanker(bootstrap_rounds=20).rank(separated).stats
-    assert stats["n"] == 24 and stats["n_tasks"] == 12
+    assert stats["test"] is None and stats["evidence"] is False and stats["powered"] is False
+    assert stats["reason"] == ORDERED_BY_OUTCOME and stats["verdict"].startswith(ORDERED_BY_OUTCOME)
+    assert "12 of 12 tasks have both passing and failing branches (48 usable pairs)" in stats["verdict"]
+    seen = stats["outcomes"]
+    assert (seen["verified"], seen["passed"], seen["usable_tasks"], seen["usable_pairs"]) == (48, 24, 12, 48)
+    assert seen["pass_at_k"]["1"] == 0.5 and seen["pass_at_k"]["2"] == pytest.approx(5 / 6)
+    assert len(seen["tasks"]) == 12 and seen["tasks"][0]["ci"][0] < 0.5 < seen["tasks"][0]["ci"][1]
+    assert stats["n_tasks"] == 12 and "evidence" in stats["definitions"] and "reward (objective 1" in stats["order"]
+
+
+def test_a_judge_that_predicts_the_outcome_is_tested_on_the_judge_alone():
+    # passing branches 0, 1 score 0.8, failing 2, 3 score 0.3: the judge alone splits them
+    judged = [record(f"t{t}", i, i < 2, judge=0.8 if i < 2 else 0.3) for t in range(12) for i in range(4)]
+    stats = RolloutRanker(bootstrap_rounds=20).rank(judged).stats
+    assert stats["test"] == "signal predicts the objective outcome" and stats["reason"] is None
+    assert stats["signal"] == "rewards without the objective: judge"
+    assert stats["n"] == 24 and stats["n_tasks"] == 12 and stats["n_tasks_tested"] == 12
     assert stats["top_pass_rate"] == 1.0 and stats["bottom_pass_rate"] == 0.0
     assert stats["mcnemar_p"] == pytest.approx(2 * 0.5 ** 24) and stats["powered"] and stats["evidence"]
-    few = RolloutRanker(bootstrap_rounds=20).rank(separated[:8]).stats
+    assert stats["auc_within_task"] == 1.0 and stats["spearman"] == pytest.approx(1.0)
+    few = RolloutRanker(bootstrap_rounds=20).rank(judged[:8]).stats
     assert few["n"] == 4 and not few["powered"] and not few["evidence"]
     assert few["verdict"].startswith("not powered")
+    # the same passes, and a judge that scores every branch alike: every pair ties, nothing is tested
+    flat = RolloutRanker(bootstrap_rounds=20).rank([record(f"t{t}", i, i < 2, judge=0.5) for t in range(12)
+                                                   for i in range(4)]).stats
+    assert flat["n"] == 0 and flat["ties_left_out"] == 24 and not flat["evidence"]
+
+
+def test_the_signal_excludes_what_reads_the_objective():
+    """A user's reward that reads the objective, declared so, is not a signal; one that does not, is."""
+    records_ = [record(f"t{t}", i, i < 2) for t in range(12) for i in range(4)]
+    rewards = {"objective": (1.0, lambda r: r.objective_score), "tests": (1.0, lambda r: float(r.objective_pass))}
+    declared = RolloutRanker(rewards=rewards, objective_rewards=("objective", "tests"), bootstrap_rounds=20)
+    assert declared.rank(records_).stats["test"] is None
+    short = RolloutRanker(rewards={**rewards, "short": (0.1, lambda r: -r.branch_index)},
+                          objective_rewards=("objective", "tests"), bootstrap_rounds=20)
+    stats = short.rank(records_).stats
+    assert stats["signal"] == "rewards without the objective: short" and stats["evidence"]
+
+
+def test_pairwise_strengths_are_the_signal_where_the_judge_compared():
+    recs = [record(f"t{t}", i, i == 0) for t in range(12) for i in range(2)]
+    pairs = [PairwiseOutcome(f"t{t}", 0, 1, 1.0) for t in range(12)]
+    result = RolloutRanker(bootstrap_rounds=20).rank(recs, pairs)
+    assert result.stats["signal"] == "judge pairwise strengths" and result.stats["evidence"]
+    assert all(r.signal_source == "judge pairwise strengths" for r in result.ranked)
+    assert result.stats == {**RolloutRanker().evidence_of(recs, pairs)}
+
+
+def test_stats_of_ranked_branches_reads_their_signals_never_their_order():
+    judged = RolloutRanker(bootstrap_rounds=20).rank(
+        [record(f"t{t}", i, i < 2, judge=0.8 if i < 2 else 0.3) for t in range(12) for i in range(4)])
+    # the same branches with their ranks reversed: the statistics do not change, the order was never tested
+    flipped = [RankedBranch(**{**vars(r), "rank": 5 - r.rank}) for r in judged.ranked]
+    assert RolloutRanker().stats_of(flipped) == judged.stats
+    # branches built without a signal (as before signals existed): the order is the objective's, no test
+    bare = [RankedBranch(r.task_id, r.branch_index, r.rank, r.reward, {}, r.strength, r.ci_low, r.ci_high,
+                         r.objective_pass, r.hack_detected) for r in judged.ranked]
+    assert RolloutRanker().stats_of(bare)["reason"] == ORDERED_BY_OUTCOME
+
+
+def test_intervals_are_never_zero_width_and_a_lone_branch_has_none():
+    """The issue's +1.67 [+1.67, +1.67]: two branches, one comparison. Now the interval shows what is unknown."""
+    ranked = RolloutRanker(bootstrap_rounds=50).rank([record("t", 0, True), record("t", 1, False),
+                                                      record("solo", 0, True)]).ranked
+    pair = [r for r in ranked if r.task_id == "t"]
+    assert pair[0].strength == pytest.approx(1.67, abs=0.01)
+    assert all(r.ci_high - r.ci_low > 1.0 and r.ci_low <= r.strength <= r.ci_high for r in pair)
+    solo = next(r for r in ranked if r.task_id == "solo")
+    assert (solo.strength, solo.ci_low, solo.ci_high) == (0.0, None, None)
 
 
 def test_arms_pair_ith_branch_of_each_arm_within_a_task():
@@ -112,14 +187,23 @@ def test_rank_command_stores_rankings(verified_run):
     result = cli("rank", "rk", "--db", verified_run, "--json", "--bootstrap", 50)
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
-    assert data["stats"]["n"] == 24 and data["stats"]["evidence"] is True
+    stats = data["stats"]
+    # ordered by the answers' own verdicts (no judge): no test, the reason, n and the definitions beside it
+    assert stats["test"] is None and stats["evidence"] is False and stats["reason"] == ORDERED_BY_OUTCOME
+    assert stats["n"] == 0 and stats["outcomes"]["verified"] == 48 and stats["outcomes"]["usable_pairs"] == 48
+    assert set(stats["definitions"]) >= {"evidence", "signal_test", "usable_pairs", "pass_at_k"}
+    # no interval of zero width anywhere
+    assert all(r["ci_high"] - r["ci_low"] > 0 for r in data["ranked"])
     with Store.open(verified_run, read_only=True) as store:
         rankings = store.rankings("rk")
         assert rankings.height == 48
         top = rankings.filter(rankings["rank"] == 1)
         assert set(top["branch_index"].to_list()) == {0}
+        assert (rankings["ci_high"] - rankings["ci_low"]).min() > 0
     text = cli("rank", "rk", "--db", verified_run, "--bootstrap", 20)
-    assert "evidence: powered and significant" in text.stdout
+    assert f"no evidence test: {ORDERED_BY_OUTCOME}" in text.stdout
+    assert "outcomes: 24/48 verified branches pass (50.0%" in text.stdout
+    assert re.search(r"([+-]\d+\.\d\d) \[\1, \1\]", text.stdout) is None  # e.g. +1.67 [+1.67, +1.67]
 
 
 def test_power_command_by_field_and_check(verified_run):
@@ -132,6 +216,20 @@ def test_power_command_by_field_and_check(verified_run):
     assert report["verdict"].startswith("powered and significant")
     same = cli("power", "--runs", "rk", "rk", "--db", verified_run, "--check")
     assert same.returncode == 1 and "not significant" in same.stdout
+
+
+def test_power_selects_best_and_worst_on_half_the_tasks(verified_run):
+    result = cli("power", "--run", "rk", "--by", "temperature", "--select", "best-worst", "--db", verified_run,
+                 "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    selection = report["selection"]
+    assert (report["arm_a"], report["arm_b"]) == ("temperature=0.2 (best)", "temperature=0.9 (worst)")
+    assert len(selection["selection_tasks"]) == len(selection["test_tasks"]) == 6
+    assert report["n"] == 12 and (report["k_a"], report["k_b"]) == (12, 0)  # the test half only
+    assert "tested on the other 6 (cross-fitting" in report["verdict"]
+    text = cli("power", "--run", "rk", "--by", "temperature", "--select", "best-worst", "--db", verified_run)
+    assert text.returncode == 0 and "cross-fitting" in text.stdout
 
 
 @needs_matplotlib
@@ -148,7 +246,7 @@ def test_rank_and_power_commands_draw_plots(verified_run, tmp_path):
 
 def test_power_needs_arms(verified_run):
     result = cli("power", "--db", verified_run)
-    assert result.returncode == 2 and "give --runs R1 R2" in result.stderr
+    assert result.returncode == 2 and "give --runs R1 R2" in result.stderr and "--select" in result.stderr
 
 
 def test_rank_with_judge_pairs_uses_swapped_comparisons(tmp_path):
