@@ -158,7 +158,7 @@ def test_sft_winners_reward_scalar_file_and_grpo_verifier_columns(exported_run, 
     reward = run_export(exported_run, "reward", tmp_path / "reward.jsonl")
     scalar = rows(reward.extra_paths["scalar"])
     assert len(scalar) == 12 and {"prompt", "completion", "reward", "components"} <= set(scalar[0])
-    assert set(scalar[0]["components"]) == {"objective", "judge", "objective_pass", "hack_detected"}
+    assert set(scalar[0]["components"]) == {"objective", "judge", "objective_pass", "hack_detected", "hack_suspected"}
     assert reward.manifest.files["scalar"].file == "reward.scalar.jsonl"
     grpo = {r["task_id"]: r for r in rows(run_export(exported_run, "grpo", tmp_path / "grpo.jsonl").path)}
     assert grpo["add"]["answer"] == "42" and grpo["add"]["verifiers"] == ["answer"]
