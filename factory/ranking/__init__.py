@@ -6,7 +6,7 @@ from factory.ranking._evidence import ORDERED_BY_OUTCOME, describe_evidence, out
 from factory.ranking._pairwise import judge_pairwise
 from factory.ranking._plots import plot_pass_rates, plot_strengths
 from factory.ranking._ranker import DEFAULT_REWARDS, RankedBranch, RewardFunction, RolloutRanker
-from factory.ranking._records import BranchRecord, PairwiseOutcome, load_pairwise, load_records
+from factory.ranking._records import BranchRecord, PairwiseOutcome, excluded_branches, load_pairwise, load_records
 from factory.ranking._stats import (
     PowerPolicy,
     compare_paired,
@@ -34,6 +34,7 @@ __all__ = [
     "compare_paired",
     "comparisons_from_winners",
     "describe_evidence",
+    "excluded_branches",
     "fit_bradley_terry",
     "judge_pairwise",
     "load_pairwise",

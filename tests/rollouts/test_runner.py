@@ -72,8 +72,7 @@ def test_runs_every_branch_in_its_own_sandbox_and_stores_it(tmp_path, replay_fil
 def test_model_and_sandbox_errors_are_recorded_never_lost(tmp_path, replay_file, monkeypatch):
     """Infrastructure failures are stored whole, and never appear as the policy's failures anywhere."""
     from factory.memory import candidates_from_run
-    from factory.ranking import RolloutRanker, load_records
-    from factory.ranking._records import excluded_branches
+    from factory.ranking import RolloutRanker, excluded_branches, load_records
     from factory.verifiers import VerificationPipeline
 
     model = create_model(f"replay:{replay_file(ANSWERS)}")  # no entries for the factorial task: the provider fails
