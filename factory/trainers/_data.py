@@ -126,7 +126,9 @@ def load_training_data(path: str | Path, expected: str | tuple[str, ...]) -> Tra
         warnings.append(f"{path}: changed since it was exported ({digest[:19]}... here, {recorded[:19]}... in the "
                         "manifest)")
     if manifest is not None and manifest.powered is False:
-        warnings.append(f"{path}: the ranking behind this export is not powered (see the manifest's runs)")
+        # Say which: a run ordered by the objective outcome has no test at all, which is not the same as a weak one.
+        why = "; ".join(manifest.evidence_tests) or "see the manifest's runs"
+        warnings.append(f"{path}: no powered evidence test behind this export's ranking ({why})")
     import datasets
 
     # A throwaway cache: the rows are small next to a model, and nothing is left in ~/.cache.
