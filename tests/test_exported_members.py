@@ -1,42 +1,320 @@
-"""Every package re-exports the public names of its private modules in ``__all__``."""
+"""A narrow public API: each package's ``__all__`` lists what users call, and code outside reaches nothing else.
+
+- every name in a package's ``__all__`` resolves (a lazily exported one to a
+  definition in the module its package names) and is documented;
+- every name in a package's ``__all__`` is used on a user-facing path: another
+  package imports it, the ``factory`` console script is it, the README names
+  it, or the tests import it (a public name nobody calls is internal, or dead);
+- code outside a package imports its public names from the package, never its
+  private modules (``factory.x._y``); the tests that reach inside say why.
+
+Private modules keep their own ``__all__`` (what the package re-exports *from*
+them, and what the same package's other modules use); nothing forces every
+such name up into the package.
+"""
 
 from __future__ import annotations
 
+import ast
+import functools
 import importlib
-import pkgutil
+import re
+import shutil
+from pathlib import Path
 
 import pytest
 
 import factory
-from factory.cli import COMMANDS
 
-# Command modules are reached through the lazy group, never re-exported: that
-# would import them (and what they import) whenever `factory.cli` is imported.
-LAZY_COMMAND_MODULES = {target.split(":")[0] for target in COMMANDS.values()}
+ROOT = Path(factory.__file__).parent
+REPO = ROOT.parent
+TESTS = Path(__file__).parent
+PACKAGES = ["factory", *sorted(f"factory.{p.parent.name}" for p in ROOT.glob("*/__init__.py"))]
+
+#: Test modules that import a package's private module, and why that is the right thing there.
+PRIVATE_IMPORTS_IN_TESTS = {
+    "tests/ranking/test_stats.py": "patches the pass@k grid limit (internal) to check both code paths",
+    "tests/ranking/test_bradley_terry.py": "patches the bootstrap batch size (internal) to check that batching "
+                                           "changes nothing",
+    "tests/models/test_vllm.py": "checks the vLLM provider's micro-batcher (internal) without vLLM or a GPU",
+    "tests/models/test_messages.py": "checks the OpenAI and Anthropic wire translation (internal to those providers) "
+                                     "without their SDKs",
+    "tests/sandbox/test_escapes.py": "checks the bwrap backend's seccomp filter (its syscall list and program), "
+                                     "internal to the backend",
+    "tests/verifiers/test_isolation.py": "checks which workspace files and module names the isolated tests run "
+                                         "serves, internal to the tests verifier",
+    "tests/verifiers/test_wire.py": "checks the import boundary's wire encoding, internal to the isolated tests run",
+    "tests/test_errors.py": "drives the CLI's lazy group (internal) with commands of its own to check how it maps "
+                            "the error tree to exit codes",
+    "tests/verifiers/test_judge.py": "checks the judge's prompt version, budget and JSON parsing, internal to "
+                                     "the verifiers package",
+}
 
 
+def source_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
 
-def packages() -> list[str]:
-    found = ["factory"]
-    for info in pkgutil.walk_packages(factory.__path__, "factory."):
-        if info.ispkg:
-            found.append(info.name)
+
+def dotted(path: Path, base: Path) -> str:
+    parts = list(path.relative_to(base).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def package_of(module: str) -> str:
+    """``factory.x`` for anything under ``factory/x/``; ``factory`` for top-level modules."""
+    parts = module.split(".")
+    if len(parts) > 1 and (ROOT / parts[1] / "__init__.py").exists():
+        return ".".join(parts[:2])
+    return "factory"
+
+
+def public_names(package: str) -> list[str]:
+    return list(importlib.import_module(package).__all__)
+
+
+def package_dir(package: str) -> Path:
+    return ROOT if package == "factory" else ROOT / package.split(".")[1]
+
+
+def package_sources(package: str) -> list[Path]:
+    if package == "factory":
+        return sorted(ROOT.glob("*.py"))
+    return source_files(package_dir(package))
+
+
+def lazy_map(package: str) -> dict[str, str]:
+    """Lazily exported name -> private module (``_LAZY`` beside a PEP 562 ``__getattr__``)."""
+    return dict(getattr(importlib.import_module(package), "_LAZY", {}))
+
+
+# ------------------------------------------------------------------ resolve and document
+
+
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(), filename=str(path))
+
+
+@functools.cache
+def definitions(path: Path) -> dict[str, tuple[ast.stmt, bool]]:
+    """Top-level names a module defines -> (node, documented)."""
+    tree = parsed(path)
+    lines = path.read_text().splitlines()
+    found: dict[str, tuple[ast.stmt, bool]] = {}
+    body = tree.body
+    for index, node in enumerate(body):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found[node.name] = (node, ast.get_docstring(node) is not None)
+            continue
+        if isinstance(node, ast.Assign):
+            targets = [t.id for t in node.targets if isinstance(t, ast.Name)]
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            targets = [node.target.id]
+        else:
+            continue
+        following = body[index + 1] if index + 1 < len(body) else None
+        string_after = isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant) \
+            and isinstance(following.value.value, str)
+        comment_above = node.lineno >= 2 and lines[node.lineno - 2].lstrip().startswith("#")
+        for target in targets:
+            found[target] = (node, string_after or comment_above)
     return found
 
 
-@pytest.mark.parametrize("name", packages())
-def test_package_all_is_complete(name):
-    package = importlib.import_module(name)
-    exported = set(getattr(package, "__all__", ()))
-    for attribute in exported:
-        assert hasattr(package, attribute), f"{name}.__all__ names missing attribute {attribute}"
-    for info in pkgutil.iter_modules(package.__path__):
-        if info.ispkg or not info.name.startswith("_") or info.name.startswith("__"):
+def definition_of(package: str, name: str) -> tuple[Path, bool] | None:
+    """Where ``name`` is defined (the package's own modules first, then anywhere in factory), and documented?"""
+    for path in [*package_sources(package), *source_files(ROOT)]:
+        defined = definitions(path).get(name)
+        if defined is not None:
+            return path, defined[1]
+    return None
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_every_public_name_resolves(package):
+    module = importlib.import_module(package)
+    names = public_names(package)
+    assert len(names) == len(set(names)), f"{package}.__all__ repeats a name"
+    lazy = lazy_map(package)
+    for name in names:
+        if name in lazy:
+            # checked without importing it: the module may need an optional extra
+            source = package_dir(package) / f"{lazy[name]}.py"
+            assert name in definitions(source), f"{package}.{name} is lazily taken from {source}, which lacks it"
+            try:
+                getattr(module, name)
+            except ModuleNotFoundError as exc:
+                assert exc.name and not exc.name.startswith("factory"), exc
             continue
-        if f"{name}.{info.name}" in LAZY_COMMAND_MODULES or info.name == "_version":
+        assert hasattr(module, name), f"{package}.__all__ names {name}, which the package does not have"
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_every_public_name_is_documented(package):
+    undocumented = []
+    for name in public_names(package):
+        if name == "__version__":
             continue
-        module = importlib.import_module(f"{name}.{info.name}")
-        public = set(getattr(module, "__all__", ()))
-        assert hasattr(module, "__all__"), f"{module.__name__} has no __all__"
-        missing = public - exported
-        assert not missing, f"{name}.__all__ lacks {sorted(missing)} from {module.__name__}"
+        where = definition_of(package, name)
+        assert where is not None, f"{package}.{name} is defined nowhere in factory/"
+        if not where[1]:
+            undocumented.append(f"{name} ({where[0].relative_to(REPO)})")
+    assert not undocumented, (f"{package}: public names without a docstring (or, for a constant, a comment "
+                              f"above or a string below): {undocumented}")
+
+
+# ------------------------------------------------------------------ used on a user-facing path
+
+
+def imports_from(tree: ast.AST, package: str) -> set[str]:
+    """Names taken from ``package``: ``from package import x`` and ``alias.x`` where ``alias`` is the package."""
+    names: set[str] = set()
+    aliases: set[str] = set()
+    parent, _, leaf = package.rpartition(".")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and not node.level:
+            if node.module == package:
+                names.update(a.name for a in node.names)
+            elif parent and node.module == parent:
+                aliases.update(a.asname or a.name for a in node.names if a.name == leaf)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == package:
+                    aliases.add(alias.asname or package)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            chain, value = [node.attr], node.value
+            while isinstance(value, ast.Attribute):
+                chain.append(value.attr)
+                value = value.value
+            if isinstance(value, ast.Name):
+                chain.append(value.id)
+                dotted_name = ".".join(reversed(chain[1:]))
+                if dotted_name in aliases:
+                    names.add(node.attr)
+    return names
+
+
+def users(package: str) -> dict[str, set[str]]:
+    """Public name -> the user-facing places that use it."""
+    used: dict[str, set[str]] = {}
+
+    def note(names, where):
+        for name in names:
+            used.setdefault(name, set()).add(where)
+
+    for path in source_files(ROOT):
+        if package_of(dotted(path, REPO)) != package:
+            note(imports_from(parsed(path), package), str(path.relative_to(REPO)))
+    for path in source_files(TESTS):
+        if path.name != Path(__file__).name:
+            note(imports_from(parsed(path), package), str(path.relative_to(REPO)))
+    readme = (REPO / "README.md").read_text()
+    code = " ".join(re.findall(r"```.*?```|`[^`\n]+`", readme, re.DOTALL))  # code spans and blocks only
+    note({n for n in public_names(package) if re.search(rf"\b{re.escape(n)}\b", code)}, "README.md")
+    scripts = re.findall(r'^\w[\w-]* = "([\w.]+):(\w+)"', (REPO / "pyproject.toml").read_text(), re.MULTILINE)
+    note({attr for module, attr in scripts if module == package}, "pyproject.toml [project.scripts]")
+    return used
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_every_public_name_has_a_user(package):
+    used = users(package)
+    unused = [name for name in public_names(package) if name not in used and name != "__version__"]
+    assert not unused, (f"{package}.__all__ lists names no other package, README, console script or test uses: "
+                        f"{unused} (make them internal, or dead code goes)")
+
+
+# ------------------------------------------------------------------ private modules stay private
+
+
+def private_imports(tree: ast.AST, module: str) -> list[tuple[int, str]]:
+    """(line, target) of every import of another package's private module in ``tree``."""
+    found = []
+    own = package_of(module) if module.startswith("factory") else None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        else:
+            continue
+        for target in targets:
+            parts = target.split(".")
+            if parts[0] != "factory" or not any(p.startswith("_") and not p.startswith("__") for p in parts[1:]):
+                continue
+            if package_of(target) == "factory":  # the root's own helpers (factory._version, _lazy_exports)
+                continue
+            if package_of(target) != own:
+                found.append((node.lineno, target))
+                break
+    return found
+
+
+def private_import_violations(root: Path, tests: Path | None = None) -> list[str]:
+    problems = []
+    for path in source_files(root):
+        module = dotted(path, root.parent)
+        problems += [f"{path}:{line}: {module} imports {target}" for line, target in
+                     private_imports(ast.parse(path.read_text()), module)]
+    if tests is not None:
+        for path in source_files(tests):
+            relative = f"tests/{path.relative_to(tests)}"
+            if relative in PRIVATE_IMPORTS_IN_TESTS:
+                continue
+            problems += [f"{relative}:{line}: imports {target}" for line, target in
+                         private_imports(ast.parse(path.read_text()), "tests")]
+    return problems
+
+
+def test_private_modules_are_imported_only_by_their_package():
+    assert private_import_violations(ROOT, TESTS) == []
+
+
+def test_tests_that_reach_inside_still_do():
+    """An entry in PRIVATE_IMPORTS_IN_TESTS that no longer imports a private module goes."""
+    for relative in PRIVATE_IMPORTS_IN_TESTS:
+        path = REPO / relative
+        assert path.exists(), f"{relative} is gone: drop it from PRIVATE_IMPORTS_IN_TESTS"
+        code = path.read_text()
+        assert private_imports(ast.parse(code), "tests") or re.search(r"factory\.\w+\._\w+", code), \
+            f"{relative} no longer reaches inside a package: drop it from PRIVATE_IMPORTS_IN_TESTS"
+
+
+@pytest.mark.parametrize(("module", "line"), [
+    ("verifiers/_pipeline.py", "from factory.models._base import ChatModel\n"),
+    ("cli/_query.py", "def f():\n    from factory.store._store import Store\n"),
+    ("rollouts/_agent.py", "import factory.sandbox._host\n"),
+    ("export/_files.py", "from factory.store import _migrations\n"),
+])
+def test_a_private_import_across_packages_fails(tmp_path, module, line):
+    """The check is not vacuous: planting one (lazy, module-form and ``from pkg import _mod`` too) is caught."""
+    copy = tmp_path / "factory"
+    shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    before = set(private_import_violations(copy))
+    target = copy / module
+    target.write_text(target.read_text() + "\n" + line)
+    problems = sorted(set(private_import_violations(copy)) - before)
+    assert len(problems) == 1 and module in problems[0], problems
+
+
+def test_a_private_import_inside_its_own_package_is_fine(tmp_path):
+    copy = tmp_path / "factory"
+    shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    before = private_import_violations(copy)
+    target = copy / "models" / "_replay.py"
+    target.write_text(target.read_text() + "\nfrom factory.models._base import ChatModel\n")
+    assert private_import_violations(copy) == before
+
+
+def test_the_usage_check_sees_imports_and_attribute_access(tmp_path):
+    """``from factory.x import n``, ``import factory.x as m; m.n`` and ``from factory import x; x.n`` all count."""
+    code = ("from factory.models import create_model\nimport factory.sandbox as sb\nfrom factory import store\n"
+            "sb.create_sandbox\nstore.Store\nimport factory.ranking\nfactory.ranking.powered\n")
+    tree = ast.parse(code)
+    assert imports_from(tree, "factory.models") == {"create_model"}
+    assert imports_from(tree, "factory.sandbox") == {"create_sandbox"}
+    assert imports_from(tree, "factory.store") == {"Store"}
+    assert imports_from(tree, "factory.ranking") == {"powered"}
