@@ -13,7 +13,10 @@ keyword arguments). Each completion is treated as one agent turn:
    ``schema`` and ``rules`` on the answer; the LLM judge never runs here;
 3. the reward is the mean score of those verdicts (the ranker's objective
    score; the tests verifier's tamper penalty included), or None for a task
-   no objective verifier applies to, which TRL leaves out of the mean.
+   no objective verifier applies to, and None where the infrastructure failed
+   (a sandbox that did not start or died, a verifier that could not run):
+   TRL leaves None out of the mean, so no completion is taught a zero it
+   did not earn.
 
 Model-written code never runs outside the sandbox.
 """
@@ -27,7 +30,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from factory.errors import ConfigError
+from factory.errors import ConfigError, SandboxError
 from factory.tasks import Task
 
 __all__ = ["VerifierReward", "completion_text"]
@@ -126,9 +129,18 @@ class VerifierReward:
                     return BranchOutput(outcome.submitted, [message], "ok")  # submit ends a branch
             return None
 
-        async with gate:
-            verdicts = await verify_in_fresh_sandbox(self.pipeline, task, BranchOutput(prose, [message], "ok"),
-                                                     self.sandbox, replay=carry_out if calls else None)
+        try:
+            async with gate:
+                verdicts = await verify_in_fresh_sandbox(self.pipeline, task, BranchOutput(prose, [message], "ok"),
+                                                         self.sandbox, replay=carry_out if calls else None)
+        except SandboxError:
+            # The sandbox failed to start or died: the infrastructure's failure, not the completion's. None
+            # leaves it out of the group's mean (TRL's convention) instead of teaching a zero.
+            self.counts["infra_errors"] += 1
+            return None
+        if any(v.status == "error" for v in verdicts):  # a verifier that could not run is not an outcome either
+            self.counts["infra_errors"] += 1
+            return None
         self.counts["scored"] += 1
         self.counts["objective_passes"] += bool(objective_pass(verdicts))
         for verdict in verdicts:

@@ -65,3 +65,12 @@ def test_completion_text_reads_strings_and_assistant_messages():
     assert completion_text("plain") == "plain"
     assert completion_text([{"role": "assistant", "content": "a"}, {"role": "tool", "content": "t"},
                             {"role": "assistant", "content": "b"}]) == "a\nb"
+
+
+def test_an_infrastructure_failure_is_left_out_not_scored_zero(monkeypatch):
+    """A sandbox that cannot start scores None (TRL leaves it out of the mean), never the completion's 0."""
+    reward = VerifierReward("bwrap")
+    fixed = call("write_file", path="solution.py", content=FIXED) + "\n" + call("submit", answer="fixed")
+    monkeypatch.setenv("PATH", "/nonexistent")  # bwrap cannot be found: the sandbox fails to start
+    assert reward(prompts=[None], completions=[fixed], task_spec=[SPECS["fix-factorial"]]) == [None]
+    assert reward.counts["infra_errors"] == 1 and reward.counts["scored"] == 0
