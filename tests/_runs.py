@@ -11,8 +11,8 @@ import asyncio
 import json
 from pathlib import Path
 
-from factory.rollouts import ForkConfig, RolloutForkRunner
 from factory.models import create_model
+from factory.rollouts import ForkConfig, RolloutForkRunner
 from factory.store import Store
 from factory.tasks import Task
 from factory.verifiers import VerificationPipeline

@@ -59,8 +59,7 @@ def test_hack_penalty_and_details():
     """The in-process guard's own evidence (asked for explicitly: it is not the default)."""
     case = next(c for c in EXPLOITS if c.id == "read-expected-values-from-tests")
     case = replace(case, task=case.task.model_copy(update={"test_isolation": "in-process"}))
-    from factory.sandbox import workspace_spec
-    from factory.sandbox import create_sandbox
+    from factory.sandbox import create_sandbox, workspace_spec
 
     async def go():
         async with create_sandbox("bwrap", workspace_spec(case.task, case.workspace)) as sandbox:
