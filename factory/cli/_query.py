@@ -19,7 +19,15 @@ __all__ = ["query", "runs"]
     help="Output format.",
 )
 def query(sql: str, db: Path | None, fmt: str) -> None:
-    """Run SQL against the store on a read-only connection.
+    """Run reading SQL against the store and print the last statement's rows.
+
+    \b
+    Allowed: SELECT in all its forms (WITH, FROM-first, VALUES), DESCRIBE,
+    SHOW and SUMMARIZE, on the store's tables. Every other statement (CREATE,
+    INSERT, UPDATE, DELETE, COPY, EXPORT, ATTACH, INSTALL, LOAD, SET, PRAGMA,
+    CALL...) is refused before any statement runs (exit 2). The store is
+    opened read-only with external access off and its settings locked, so no
+    query reads or writes any other file (read_csv, COPY TO) or database.
 
     Tables: runs, tasks, branches, events, verdicts, judgments, rankings,
     memory. Example: factory query "SELECT status, count(*) FROM branches GROUP BY 1"

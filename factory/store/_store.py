@@ -8,6 +8,12 @@ writing a (run, task, branch) again replaces it and never duplicates it.
 DuckDB lets one process hold a file read-write; a second writer gets
 :class:`~factory.errors.StoreLockedError` naming the holder, not a corrupt file.
 
+A read-only store is sealed: besides DuckDB's ``access_mode=read_only``, its
+connection has external access off (no file but the store is read or written:
+no ``COPY ... TO``, ``EXPORT DATABASE``, ``ATTACH``, ``read_csv``), no
+extension installed or loaded on demand, no Python object scanned, and its
+configuration locked so no ``SET`` or ``PRAGMA`` turns any of that back on.
+
 The store owns the SQL: every read and write another package needs is a named
 method here (its statement in :mod:`factory.store._queries`), returning Polars
 frames or plain values. :meth:`Store.query` is the user's SQL door (``factory
@@ -69,9 +75,23 @@ def _first_line(exc: BaseException) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
+#: Settings of a read-only connection: nothing outside the store file is reachable, and nothing can change that.
+_SEALED_SETTINGS: dict[str, bool] = {
+    "enable_external_access": False,  # no other file or database: COPY TO, EXPORT, ATTACH, read_csv, INSTALL
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+    "allow_community_extensions": False,
+    "python_enable_replacements": False,  # a query cannot scan the caller's Python variables
+    "lock_configuration": True,  # no SET / PRAGMA / RESET undoes the above
+}
+#: The statements :meth:`Store.query` runs (DuckDB statement types): SELECT covers WITH, FROM-first,
+#: VALUES, DESCRIBE, SHOW and SUMMARIZE.
+_QUERY_STATEMENTS = ("SELECT",)
+
+
 def _connect(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
     try:
-        return duckdb.connect(str(path), read_only=read_only)
+        return duckdb.connect(str(path), read_only=read_only, config=dict(_SEALED_SETTINGS) if read_only else {})
     except duckdb.IOException as exc:
         text = str(exc)
         if "lock" in text.lower():
@@ -115,23 +135,28 @@ class Store:
         path: str | Path | None = None,
         *,
         read_only: bool = False,
+        create: bool = True,
         migrations: tuple[Migration, ...] = MIGRATIONS,
     ) -> Store:
         """Open (and, read-write, create and migrate) a store.
 
         Args:
             path: The DuckDB file; default ``$FACTORY_DB`` or ``./factory.duckdb``.
-            read_only: Open without taking the write lock; the file must exist.
+            read_only: Open without taking the write lock, sealed (see the
+                module docstring); the file must exist.
+            create: Read-write only: create the file when there is none. A
+                command that updates an existing store passes False, so a
+                mistyped path is an error rather than a new empty store.
             migrations: The schema to migrate to (tests pass a prefix to build
                 a database as an older version wrote it).
 
         Raises:
-            StoreNotFoundError: Read-only and there is no file.
+            StoreNotFoundError: There is no file, and read-only or not ``create``.
             StoreLockedError: Another process is writing to the file.
             MigrationError: The schema cannot be brought up to date.
         """
         db = Path(path) if path is not None else default_db_path()
-        if read_only and not db.exists():
+        if (read_only or not create) and not db.exists():
             raise StoreNotFoundError(f"no database at {db} (run `factory fork` first, or pass --db)")
         if not read_only and not db.parent.exists():
             raise StoreError(f"cannot create {db}: directory {db.parent} does not exist")
@@ -367,12 +392,31 @@ class Store:
     def query(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> pl.DataFrame:
         """Run a user's SQL and return a Polars frame: the door ``factory query`` opens.
 
+        Only reading statements run (``SELECT`` in all its forms: ``WITH``,
+        ``FROM``-first, ``VALUES``, ``DESCRIBE``, ``SHOW``, ``SUMMARIZE``); any other
+        statement refuses the whole text before any of it runs. On a
+        read-only store the connection is sealed besides (see the module
+        docstring), so not even a reading statement reaches a file but the
+        store: that is how ``factory query`` opens it.
+
         The library itself never calls this: what a stage reads or writes is a
         named method of the store, so the SQL lives in one package.
 
         Raises:
-            QueryError: With DuckDB's message on one line.
+            QueryError: A statement that is not a read, or DuckDB's error, on one line.
         """
+        try:
+            statements = self._con.extract_statements(sql)
+        except duckdb.Error as exc:
+            raise QueryError(" ".join(str(exc).split())) from exc
+        if not statements:
+            raise QueryError("no SQL statement given")
+        for statement in statements:
+            kind = statement.type.name
+            if kind not in _QUERY_STATEMENTS:
+                text = " ".join(statement.query.split()).rstrip("; ")
+                raise QueryError(f"queries are read-only: {kind} refused ({text[:60]}); only SELECT, WITH, FROM, "
+                                 "VALUES, DESCRIBE, SHOW and SUMMARIZE run, and nothing ran")
         return self._read(sql, params)
 
     @_locked
