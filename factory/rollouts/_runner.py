@@ -32,7 +32,15 @@ from factory.errors import ConfigError, RunError
 from factory.models import ChatModel, Usage
 from factory.provenance import content_hash, git_sha, package_version
 from factory.rollouts._agent import AgentConfig, AgentResult, BranchStatus, ToolCallingAgent
-from factory.sandbox import SandboxLimits, SandboxSpec, WorkspaceFiles, create_sandbox, snapshot_of
+from factory.sandbox import (
+    SandboxLimits,
+    SandboxSpec,
+    WorkspaceFiles,
+    create_sandbox,
+    sandbox_owner,
+    snapshot_of,
+    sweep_sandbox_folders,
+)
 from factory.store import BranchEvent, BranchRecord, ErrorEvent, RunManifest, Store, WorkspaceSnapshot, utc_now
 from factory.tasks import Task, dataset_hash
 from factory.verifiers import (
@@ -468,6 +476,8 @@ class RolloutForkRunner:
             self._start_run(tasks, task_file)
             done = set()
 
+        # What sandboxes of a fork killed mid-run left on the host goes now (never a live process's).
+        await asyncio.to_thread(sweep_sandbox_folders)
         primers = self.primers(tasks)
         plan = [(task, b) for task in tasks for b in range(self.config.branches) if (task.id, b) not in done]
         todo: asyncio.Queue[tuple[Task, int]] = asyncio.Queue()
@@ -484,7 +494,8 @@ class RolloutForkRunner:
                 finished.put_nowait(await self._run_branch(
                     task, index, per_branch_temps[index], per_branch_seeds[index], primers.get(task.id)))
 
-        workers = [asyncio.create_task(worker()) for _ in range(min(self.config.concurrency, len(plan)))]
+        with sandbox_owner(self.run_id):  # the workers' sandboxes go in this run's folder
+            workers = [asyncio.create_task(worker()) for _ in range(min(self.config.concurrency, len(plan)))]
         buffer: list[BranchResult] = []
         stored = 0
         completed = False

@@ -34,6 +34,7 @@ from factory.sandbox._conformance import (
 from factory.sandbox._docker import docker_available
 from factory.sandbox._host import HostWorkspace, host_file_call, processes_of, run_limited, sandbox_environment
 from factory.sandbox._none import NoSandbox, NoSandboxWarning
+from factory.sandbox._scratch import sandbox_folder, sandbox_owner, sandbox_root, sweep_sandbox_folders
 from factory.sandbox._summarize import summarize_tool_output
 from factory.sandbox._workspace import snapshot_of, workspace_spec
 
@@ -64,10 +65,14 @@ __all__ = [
     "register_sandbox",
     "run_limited",
     "sandbox_environment",
+    "sandbox_folder",
     "sandbox_names",
+    "sandbox_owner",
+    "sandbox_root",
     "self_check",
     "snapshot_of",
     "summarize_tool_output",
+    "sweep_sandbox_folders",
     "workspace_spec",
 ]
 

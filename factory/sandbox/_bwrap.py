@@ -62,6 +62,7 @@ from pathlib import Path
 from factory.errors import SandboxError, SandboxUnavailableError
 from factory.sandbox._base import ExecResult, Guarantee, Sandbox, SandboxSpec, WorkspaceFiles, register_sandbox
 from factory.sandbox._host import HostWorkspace, host_file_call, run_limited, sandbox_environment
+from factory.sandbox._scratch import sandbox_folder
 from factory.sandbox._seccomp import seccomp_program
 
 __all__ = ["BwrapSandbox"]
@@ -255,7 +256,7 @@ class BwrapSandbox(Sandbox):
             raise
 
     def _create(self, setpriv: str | None) -> None:
-        self._mount = _WorkspaceMount(Path(tempfile.mkdtemp(prefix="factory-bwrap-mnt-")),
+        self._mount = _WorkspaceMount(Path(tempfile.mkdtemp(prefix="factory-bwrap-mnt-", dir=sandbox_folder())),
                                       self.spec.limits.workspace_mb, self._uid)
         root = self._mount.start()
         self._workspace.create(dict(self.spec.files), dict(self.spec.readonly_files), owner=self._uid, root_fd=root)

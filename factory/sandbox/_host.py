@@ -1,7 +1,8 @@
 """Host-side machinery shared by the process-based backends (bwrap, none).
 
-- :class:`HostWorkspace`: a workspace directory on the host, seeded from the
-  spec, with file operations confined to it. They run as the host user, on a
+- :class:`HostWorkspace`: a workspace directory on the host (in the
+  process's sandbox folder, see :func:`~factory.sandbox.sandbox_folder`),
+  seeded from the spec, with file operations confined to it. They run as the host user, on a
   tree the sandbox's processes write, so they trust nothing in it: every path
   is walked one component at a time from a directory descriptor, no symlink
   is ever followed (not even one pointing inside), only regular files are
@@ -31,6 +32,7 @@ from typing import TypeVar
 
 from factory.errors import SandboxError, SandboxPathError
 from factory.sandbox._base import ExecResult, SandboxLimits, WorkspaceFiles
+from factory.sandbox._scratch import sandbox_folder
 
 __all__ = ["HostWorkspace", "host_file_call", "processes_of", "run_limited", "sandbox_environment"]
 
@@ -139,13 +141,14 @@ class HostWorkspace:
         An adopted descriptor is closed by :meth:`remove`; the directory is the caller's to delete.
         """
         self._owns_root = root_fd is None
+        folder = sandbox_folder()  # the next fork's sweep removes what remove() never got to, if this process dies
         if root_fd is None:
-            self.root = Path(tempfile.mkdtemp(prefix=self._prefix)).resolve()
+            self.root = Path(tempfile.mkdtemp(prefix=self._prefix, dir=folder)).resolve()
             self._root_fd = os.open(self.root, _O_DIR)
         else:
             self.root = Path(f"/proc/{os.getpid()}/fd/{root_fd}")
             self._root_fd = root_fd
-        self.private = Path(tempfile.mkdtemp(prefix=self._prefix + "private-")).resolve()
+        self.private = Path(tempfile.mkdtemp(prefix=self._prefix + "private-", dir=folder)).resolve()
         if owner is not None:
             os.fchown(self._root_fd, owner, owner)
         for rel, content in files.items():

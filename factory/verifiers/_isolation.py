@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from factory.sandbox import SandboxLimits, SandboxSpec, create_sandbox
+from factory.sandbox import SandboxLimits, SandboxSpec, create_sandbox, sandbox_folder
 from factory.tasks import Task
 
 __all__ = ["IsolatedRun", "module_names", "run_isolated", "solution_files", "trusted_files"]
@@ -161,7 +161,7 @@ async def run_isolated(task: Task, solution: Mapping[str, str | bytes], args: li
     """
     data, tests = trusted_files(task)
     modules = module_names(solution, {**data, **tests})
-    shared = tempfile.mkdtemp(prefix="factory-channel-")
+    shared = tempfile.mkdtemp(prefix="factory-channel-", dir=sandbox_folder())  # swept if this process dies
     os.chmod(shared, 0o1777)  # each sandbox may run as its own uid; sticky: neither removes the other's files
     nonce = secrets.token_hex(16)
     try:
