@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import sys
 import time
 import warnings
@@ -12,10 +13,13 @@ from pathlib import Path
 import click
 
 from factory.cli._options import (
+    FiniteFloat,
+    base_url_option,
     db_option,
     dump_json,
     json_option,
     memory_backend_option,
+    request_timeout_option,
     resolve_db,
     warnings_shown,
 )
@@ -24,21 +28,34 @@ __all__ = ["fork", "parse_temperatures"]
 
 
 def parse_temperatures(text: str | None, branches: int) -> tuple[float, ...] | None:
-    """``0.5,0.7,0.9`` (a list, cycled) or ``0.5:0.9`` (evenly spread over the branches)."""
+    """``0.5,0.7,0.9`` (a list, cycled) or ``0.5:0.9`` (evenly spread over the branches).
+
+    Raises:
+        ConfigError: Not a list or range of finite numbers >= 0, or more of them than branches.
+    """
     from factory.errors import ConfigError
 
     if not text:
         return None
+    spread = ":" in text
     try:
-        if ":" in text:
+        if spread:
             low, high = (float(part) for part in text.split(":"))
-            if branches == 1:
-                return (low,)
-            return tuple(round(low + (high - low) * b / (branches - 1), 6) for b in range(branches))
-        return tuple(float(part) for part in text.split(",") if part.strip())
+            values: tuple[float, ...] = (low, high)
+        else:
+            values = tuple(float(part) for part in text.split(",") if part.strip())
     except ValueError:
         raise ConfigError(
             f"--temperatures: expected a list like 0.5,0.7 or a range like 0.5:0.9, got {text!r}") from None
+    if not values or not all(math.isfinite(t) and t >= 0 for t in values):
+        raise ConfigError(f"--temperatures: each temperature must be a finite number >= 0, got {text!r}")
+    if spread:
+        if branches == 1:
+            return (low,)
+        return tuple(round(low + (high - low) * b / (branches - 1), 6) for b in range(branches))
+    if len(values) > branches:
+        raise ConfigError(f"--temperatures: {len(values)} temperatures for {branches} branch(es) (--branches)")
+    return values
 
 
 @click.command()
@@ -47,7 +64,8 @@ def parse_temperatures(text: str | None, branches: int) -> tuple[float, ...] | N
 @click.option("--model", "model_spec", default=None,
               help="Policy: local (default), local:FILE.gguf, hf:DIR, openai:MODEL, anthropic:MODEL, vllm:PATH, "
                    "replay:FILE; with --resume, the run's own model.")
-@click.option("--base-url", default=None, help="Server URL for openai:/anthropic: (any OpenAI-compatible server).")
+@base_url_option
+@request_timeout_option
 @click.option("--sandbox", default=None, help="Sandbox backend: bwrap (default on Linux), docker, none.")
 @click.option("--concurrency", "-c", type=click.IntRange(min=1), default=8, show_default=True,
               help="Branches running at once.")
@@ -55,9 +73,10 @@ def parse_temperatures(text: str | None, branches: int) -> tuple[float, ...] | N
 @click.option("--seed", type=int, default=0, show_default=True, help="Base seed; branch b uses seed + b.")
 @click.option("--max-turns", type=click.IntRange(min=1), default=8, show_default=True, help="Model calls per branch.")
 @click.option("--max-tokens", type=click.IntRange(min=1), default=512, show_default=True, help="Tokens per model call.")
-@click.option("--timeout", "command_timeout", type=float, default=60.0, show_default=True,
+@click.option("--timeout", "command_timeout", type=FiniteFloat(min=0, min_open=True), default=60.0, show_default=True,
               help="Wall-clock seconds per sandbox command.")
-@click.option("--threads", type=int, default=None, help="CPU threads for in-process models (local, hf).")
+@click.option("--threads", type=click.IntRange(min=1), default=None,
+              help="CPU threads for in-process models (local, hf).")
 @click.option("--no-verify", is_flag=True, help="Do not run verifiers as branches finish.")
 @click.option("--memory", "use_memory", is_flag=True,
               help="Prime branches with similar past winners, and store this run's winners afterwards.")
@@ -69,7 +88,7 @@ def parse_temperatures(text: str | None, branches: int) -> tuple[float, ...] | N
               help="LLM judge model for tasks with a rubric (a different model from the policy).")
 @click.option("--judge-samples", type=click.IntRange(min=1), default=3, show_default=True,
               help="Independent judge samples per branch (median aggregated).")
-@click.option("--hack-penalty", type=click.FloatRange(0, 1), default=0.4, show_default=True,
+@click.option("--hack-penalty", type=FiniteFloat(0, 1), default=0.4, show_default=True,
               help="Subtracted from the tests score when tampering is detected (floored at 0).")
 @click.option("--judge-budget", type=click.IntRange(min=0), default=None,
               help="Cap on judge calls in this run; samples past it score a neutral 5 (budget_exhausted).")
@@ -81,8 +100,9 @@ def parse_temperatures(text: str | None, branches: int) -> tuple[float, ...] | N
 @click.option("--record", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Append every model response to FILE (replay it with --model replay:FILE).")
 @json_option
-def fork(tasks_file: Path | None, branches: int, model_spec: str | None, base_url: str | None, sandbox: str | None,
-         concurrency: int, temperatures: str | None, seed: int, max_turns: int, max_tokens: int,
+def fork(tasks_file: Path | None, branches: int, model_spec: str | None, base_url: str | None,
+         request_timeout_s: float, sandbox: str | None, concurrency: int, temperatures: str | None, seed: int,
+         max_turns: int, max_tokens: int,
          command_timeout: float, threads: int | None, no_verify: bool, use_memory: bool, memory_k: int,
          embedder: str | None, backend_spec: str | None, judge_spec: str | None,
          judge_samples: int, hack_penalty: float, judge_budget: int | None, db: Path | None,
@@ -129,7 +149,7 @@ def fork(tasks_file: Path | None, branches: int, model_spec: str | None, base_ur
                         "(network, host files and processes are reachable).", fg="red", bold=True, err=True)
             warnings.simplefilter("ignore", NoSandboxWarning)
 
-        model = create_model(model_spec, ModelOptions(base_url=base_url, threads=threads))
+        model = create_model(model_spec, ModelOptions(base_url=base_url, threads=threads, timeout_s=request_timeout_s))
         if record is not None:
             model = RecordingModel(model, record)
         model = ResilientModel(model, limiter=AdaptiveLimiter(concurrency))
@@ -138,7 +158,8 @@ def fork(tasks_file: Path | None, branches: int, model_spec: str | None, base_ur
             with warnings_shown(JudgeSameAsPolicyWarning):
                 pipeline = build_pipeline(config.sandbox, config.limits, policy_spec=model.spec,
                                           judge_spec=judge_spec, judge_samples=judge_samples,
-                                          judge_budget=judge_budget, hack_penalty=hack_penalty)
+                                          judge_budget=judge_budget, hack_penalty=hack_penalty,
+                                          request_timeout_s=request_timeout_s)
         memory = None
         if use_memory or (stored is not None and config.memory_k):
             from factory.memory import RolloutMemoryStore, create_embedder, create_memory_backend

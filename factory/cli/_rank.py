@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from factory.cli._options import db_option, dump_json, json_option, resolve_db
+from factory.cli._options import FiniteFloat, db_option, dump_json, json_option, request_timeout_option, resolve_db
 
 __all__ = ["power", "rank"]
 
@@ -24,10 +24,11 @@ _plot_option = click.option("--plot", type=click.Path(path_type=Path, dir_okay=F
 @click.option("--judge", "judge_spec", default=None, help="Judge model for --judge-pairs.")
 @click.option("--bootstrap", type=click.IntRange(min=10), default=200, show_default=True,
               help="Bootstrap rounds for the strengths' confidence intervals.")
+@request_timeout_option
 @_plot_option
 @json_option
-def rank(run_id: str, db: Path | None, judge_pairs: int, judge_spec: str | None, bootstrap: int, plot: Path | None,
-         as_json: bool) -> None:
+def rank(run_id: str, db: Path | None, judge_pairs: int, judge_spec: str | None, bootstrap: int,
+         request_timeout_s: float, plot: Path | None, as_json: bool) -> None:
     """Rank each task's branches of RUN_ID, store the ranking, and test what can be tested about it.
 
     Reward: objective 1.0 + judge 0.3 x score/10. Strengths: Bradley-Terry on the
@@ -36,6 +37,7 @@ def rank(run_id: str, db: Path | None, judge_pairs: int, judge_spec: str | None,
     the objective outcome itself gets no test, and says so).
     """
     from factory.errors import ConfigError
+    from factory.models import ModelOptions
     from factory.ranking import RolloutRanker, judge_pairwise, load_pairwise, load_records, plot_strengths
     from factory.store import Store
 
@@ -45,7 +47,8 @@ def rank(run_id: str, db: Path | None, judge_pairs: int, judge_spec: str | None,
         if store.run(run_id) is None:
             raise ConfigError(f"no run {run_id} in {store.path}")
         if judge_pairs:
-            asyncio.run(judge_pairwise(store, run_id, judge_spec, judge_pairs))
+            judge_options = ModelOptions(timeout_s=request_timeout_s)
+            asyncio.run(judge_pairwise(store, run_id, judge_spec, judge_pairs, judge_options))
         records = load_records(store, run_id)
         result = RolloutRanker(bootstrap_rounds=bootstrap).rank(records, load_pairwise(store, run_id))
         store.replace_rankings(run_id, [r.row(run_id) for r in result.ranked])
@@ -109,8 +112,10 @@ def _print_ranking(run_id: str, result) -> None:
               help="Choose the arms from the data (with --by, no --a/--b): on a random half of the tasks, tested "
                    "on the other half (cross-fitting).")
 @click.option("--split-seed", type=int, default=0, show_default=True, help="Seed of --select's split of the tasks.")
-@click.option("--target-delta", type=float, default=None, help="Difference to plan for, in percentage points.")
-@click.option("--alpha", type=float, default=0.05, show_default=True, help="Significance level.")
+@click.option("--target-delta", type=FiniteFloat(0, 100, min_open=True), default=None,
+              help="Difference to plan for, in percentage points.")
+@click.option("--alpha", type=FiniteFloat(0, 1, min_open=True, max_open=True), default=0.05, show_default=True,
+              help="Significance level.")
 @click.option("--check", is_flag=True, help="Exit 0 only when powered and significant (1 otherwise), for CI scripts.")
 @_plot_option
 @json_option

@@ -7,7 +7,15 @@ from pathlib import Path
 
 import click
 
-from factory.cli._options import db_option, dump_json, json_option, resolve_db, warnings_shown
+from factory.cli._options import (
+    FiniteFloat,
+    db_option,
+    dump_json,
+    json_option,
+    request_timeout_option,
+    resolve_db,
+    warnings_shown,
+)
 
 __all__ = ["verify"]
 
@@ -30,12 +38,21 @@ def verify() -> None:
 
 
 def _pipeline(verifiers: tuple[str, ...], judge_spec: str | None, samples: int, sandbox: str, policy: str | None,
-              hack_penalty: float = 0.4):
-    from factory.verifiers import JudgeSameAsPolicyWarning, build_pipeline
+              hack_penalty: float, request_timeout_s: float):
+    from factory.errors import ConfigError
+    from factory.sandbox import sandbox_names
+    from factory.verifiers import JudgeSameAsPolicyWarning, build_pipeline, is_objective, verifier_names
 
+    for name in verifiers:  # an unknown name would select nothing, and the command would report success
+        if name not in verifier_names():
+            raise ConfigError(f"--verifier {name}: unknown verifier (choose from: {', '.join(verifier_names())})")
+        if not is_objective(name) and not judge_spec:
+            raise ConfigError(f"--verifier {name}: an opinion needs its model: give --judge MODEL")
+    if sandbox not in sandbox_names():
+        raise ConfigError(f"--sandbox {sandbox}: unknown sandbox (choose from: {', '.join(sandbox_names())})")
     with warnings_shown(JudgeSameAsPolicyWarning):
         pipeline = build_pipeline(sandbox, policy_spec=policy, judge_spec=judge_spec, judge_samples=samples,
-                                  hack_penalty=hack_penalty)
+                                  hack_penalty=hack_penalty, request_timeout_s=request_timeout_s)
     if verifiers:
         pipeline.only = frozenset(verifiers)
     return pipeline
@@ -49,11 +66,13 @@ def _pipeline(verifiers: tuple[str, ...], judge_spec: str | None, samples: int, 
 @click.option("--judge-samples", type=click.IntRange(min=1), default=3, show_default=True,
               help="Judge samples per branch.")
 @click.option("--sandbox", default=None, help="Sandbox for verifiers that run code [default: the run's].")
-@click.option("--hack-penalty", type=click.FloatRange(0, 1), default=0.4, show_default=True,
+@click.option("--hack-penalty", type=FiniteFloat(0, 1), default=0.4, show_default=True,
               help="Subtracted from the tests score when tampering is detected (floored at 0).")
+@request_timeout_option
 @json_option
 def run_command(run_id: str, db: Path | None, verifiers: tuple[str, ...], judge_spec: str | None,
-                judge_samples: int, sandbox: str | None, hack_penalty: float, as_json: bool) -> None:
+                judge_samples: int, sandbox: str | None, hack_penalty: float, request_timeout_s: float,
+                as_json: bool) -> None:
     """Re-verify every branch of RUN_ID from its stored final workspace.
 
     A verifier whose version changed adds new verdict rows; the old ones stay.
@@ -67,7 +86,7 @@ def run_command(run_id: str, db: Path | None, verifiers: tuple[str, ...], judge_
         if run is None:
             raise ConfigError(f"no run {run_id} in {store.path}")
         pipeline = _pipeline(verifiers, judge_spec, judge_samples, sandbox or run["sandbox"] or "bwrap", run["model"],
-                             hack_penalty)
+                             hack_penalty, request_timeout_s)
         async def go():
             try:
                 return await verify_stored_run(store, run_id, pipeline, sandbox or run["sandbox"] or "bwrap")
@@ -95,9 +114,14 @@ def golden(verifier_name: str, correct: Path, exploits: Path, sandbox: str, as_j
 
     Exits with status 1 when there is any.
     """
-    from factory.verifiers import load_golden, run_golden
+    from factory.errors import ConfigError
+    from factory.models import DEFAULT_REQUEST_TIMEOUT_S
+    from factory.verifiers import is_objective, load_golden, run_golden, verifier_names
 
-    pipeline = _pipeline((verifier_name,), None, 1, sandbox, None)
+    if verifier_name in verifier_names() and not is_objective(verifier_name):
+        raise ConfigError(f"--verifier {verifier_name}: golden sets check objective verifiers; "
+                          "the judge is checked with `factory verify calibrate RUN`")
+    pipeline = _pipeline((verifier_name,), None, 1, sandbox, None, 0.4, DEFAULT_REQUEST_TIMEOUT_S)  # no model here
     report = asyncio.run(run_golden(verifier_name, pipeline, load_golden(correct), load_golden(exploits), sandbox))
     if as_json:
         click.echo(dump_json(report.to_dict()))
@@ -120,10 +144,13 @@ def golden(verifier_name: str, correct: Path, exploits: Path, sandbox: str, as_j
 @json_option
 def calibrate(run_id: str, db: Path | None, as_json: bool) -> None:
     """Judge calibration for RUN_ID: AUC and Spearman against objective pass, self-agreement, swap consistency."""
+    from factory.errors import ConfigError
     from factory.store import Store
     from factory.verifiers import calibrate_run
 
     with Store.open(resolve_db(db), read_only=True) as store:
+        if store.run(run_id) is None:
+            raise ConfigError(f"no run {run_id} in {store.path}")
         report = calibrate_run(store, run_id)
     if as_json:
         click.echo(dump_json(report))
