@@ -18,7 +18,7 @@ import factory
 #: Lowest first. Units on one line are peers: neither may import the other.
 LAYERS: list[tuple[str, ...]] = [
     ("factory._version", "factory.errors", "factory._lazy_exports"),
-    ("factory.settings", "factory.provenance", "factory.registry", "factory.records"),
+    ("factory.settings", "factory.provenance", "factory.registry", "factory.records", "factory.outputs"),
     ("factory.tasks", "factory.store"),
     ("factory.sandbox", "factory.models"),
     ("factory.verifiers",),

@@ -40,7 +40,7 @@ def add(run_id: str, db: Path | None, embedder: str | None, backend_spec: str | 
     from factory.memory import candidates_from_run
     from factory.store import Store
 
-    with Store.open(resolve_db(db)) as store:
+    with Store.open(resolve_db(db), create=False) as store:
         if store.run(run_id) is None:
             raise ConfigError(f"no run {run_id} in {store.path}")
         mem = _open(store, embedder, backend_spec)
@@ -109,7 +109,7 @@ def clear(db: Path | None, backend_spec: str | None, yes: bool) -> None:
 
     if not yes:
         click.confirm("delete every memory?", abort=True)
-    with Store.open(resolve_db(db)) as store:
+    with Store.open(resolve_db(db), create=False) as store:
         removed = create_memory_backend(backend_spec, store).clear()
         store.clear_memory_discards()
     click.echo(f"deleted {removed} memories")

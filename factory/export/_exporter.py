@@ -8,7 +8,7 @@ card describing every export in the folder (one ``configs`` entry each).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -16,10 +16,11 @@ from typing import Any
 import polars as pl
 
 from factory.errors import ConfigError, RecordError
-from factory.export._files import MANIFEST_SUFFIX, side_path, write_rows
-from factory.export._formats import ExportOptions, create_format
+from factory.export._files import MANIFEST_SUFFIX, file_kind, side_path, write_rows
+from factory.export._formats import ExportFormat, ExportOptions, ExportRows, create_format
 from factory.export._manifest import ExportedRun, ExportManifest
 from factory.export._source import ExportSource, load_source
+from factory.outputs import OutputFiles, write_output
 from factory.provenance import content_hash, file_sha256, git_sha, package_version
 from factory.store import Store, utc_now
 
@@ -95,6 +96,12 @@ def export(store: Store, format_name: str, run_ids: Sequence[str], out: str | Pa
     options = options or ExportOptions()
     out = Path(out)
     fmt = create_format(format_name)
+    # Nothing lands before everything is written, and nothing lands on the store.
+    outputs = OutputFiles({"the store (--db)": store.path})
+    manifest_path = out.with_name(out.name + MANIFEST_SUFFIX)
+    file_kind(out)
+    for target in (out, manifest_path):
+        outputs.check(target)
     run_ids = list(run_ids)
     if not run_ids:
         raise ConfigError("give at least one run (--run RUN or --runs R1,R2)")
@@ -104,11 +111,19 @@ def export(store: Store, format_name: str, run_ids: Sequence[str], out: str | Pa
         run_ids = run_ids[-rolling:]
     source = load_source(store, run_ids)
     built = fmt.build(source, options)
-    write_rows(built.rows, out)
+    with outputs:
+        return _write_export(fmt, built, source, out, manifest_path, options, run_ids, rolling, outputs)
+
+
+def _write_export(fmt: ExportFormat, built: ExportRows, source: ExportSource, out: Path, manifest_path: Path,
+                  options: ExportOptions, run_ids: list[str], rolling: int | None,
+                  outputs: OutputFiles) -> ExportResult:
+    """Stage the data file, its side files, its manifest and the folder's card in ``outputs``."""
+    write_rows(built.rows, out, outputs)
     extra_paths = {}
     for tag, frame in built.extra.items():
         extra_paths[tag] = side_path(out, tag)
-        write_rows(frame, extra_paths[tag])
+        write_rows(frame, extra_paths[tag], outputs)
 
     from factory.ranking import describe_evidence
 
@@ -120,8 +135,8 @@ def export(store: Store, format_name: str, run_ids: Sequence[str], out: str | Pa
         format=fmt.name,
         trainer=f"trl.{fmt.trainer}",
         file=out.name,
-        file_sha256=_sha256(out),
-        files={tag: {"file": p.name, "sha256": _sha256(p)} for tag, p in extra_paths.items()},
+        file_sha256=_sha256(outputs.staged(out)),
+        files={tag: {"file": p.name, "sha256": _sha256(outputs.staged(p))} for tag, p in extra_paths.items()},
         rows=built.rows.height,
         columns=built.rows.columns,
         conversational=options.conversational,
@@ -147,28 +162,35 @@ def export(store: Store, format_name: str, run_ids: Sequence[str], out: str | Pa
         git_sha=git_sha(Path(__file__).resolve().parent),
         **built.manifest,  # what the format sets itself: its pair strategy, KTO's class balance
     )
-    manifest_path = out.with_name(out.name + MANIFEST_SUFFIX)
-    tmp = manifest_path.with_name(f".{manifest_path.name}.tmp")
-    tmp.write_text(json.dumps(manifest.document(), indent=2, sort_keys=False) + "\n", encoding="utf-8")
-    tmp.replace(manifest_path)
-    card_path = write_dataset_card(out.parent)
+    outputs.stage(manifest_path).write_text(json.dumps(manifest.document(), indent=2, sort_keys=False) + "\n",
+                                            encoding="utf-8")
+    card_path = write_dataset_card(out.parent, adding={manifest_path.name: manifest}, outputs=outputs)
     return ExportResult(out, manifest_path, card_path, extra_paths, manifest)
 
 
-def write_dataset_card(folder: Path) -> Path:
+def write_dataset_card(folder: Path, *, adding: Mapping[str, ExportManifest] | None = None,
+                       outputs: OutputFiles | None = None) -> Path:
     """(Re)write ``folder/README.md`` from every export manifest in the folder.
 
     A README.md that factory did not write is left alone; the card then goes
     to ``DATASET_CARD.md``.
+
+    Args:
+        folder: The export folder.
+        adding: Manifests not yet in the folder, by file name (they replace
+            any there of the same name): the export being written.
+        outputs: Stage the card in this set (default: write it at once, atomically).
     """
-    manifests: list[ExportManifest] = []
+    found: dict[str, ExportManifest] = {}
     for path in sorted(folder.glob(f"*{MANIFEST_SUFFIX}")):
         try:
-            manifests.append(ExportManifest.from_stored(path.read_text(encoding="utf-8")))
+            found[path.name] = ExportManifest.from_stored(path.read_text(encoding="utf-8"))
         except (OSError, RecordError):  # not ours to describe
             continue
+    found.update(adding or {})
+    manifests = [found[name] for name in sorted(found)]
     card = folder / "README.md"
-    if card.exists() and _CARD_MARK not in card.read_text(encoding="utf-8", errors="replace"):
+    if card.exists() and (not card.is_file() or _CARD_MARK not in card.read_text(encoding="utf-8", errors="replace")):
         card = folder / "DATASET_CARD.md"
     configs, tags = [], {"factory", "rlaif", "trl"}
     manifests = [m for m in manifests if m.file]  # a manifest naming no file describes nothing to load
@@ -208,7 +230,8 @@ def write_dataset_card(folder: Path) -> Path:
             lines += [f"KTO class balance: {m.kto.desirable} desirable, {m.kto.undesirable} undesirable; "
                       f"`desirable_weight={m.kto.desirable_weight}`, "
                       f"`undesirable_weight={m.kto.undesirable_weight}`.", ""]
-    tmp = card.with_name(f".{card.name}.tmp")
-    tmp.write_text("\n".join(lines), encoding="utf-8")
-    tmp.replace(card)
+    if outputs is None:
+        write_output(card, lambda path: path.write_text("\n".join(lines), encoding="utf-8"))
+    else:
+        outputs.stage(card).write_text("\n".join(lines), encoding="utf-8")
     return card

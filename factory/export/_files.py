@@ -1,19 +1,19 @@
 """Export files: JSONL or Parquet by extension, written atomically; read back for validation.
 
 A file is written to a temporary name beside its target and renamed into
-place, so an interrupted export never leaves a half-written file where a
-finished one (or the previous export) was.
+place (:class:`~factory.outputs.OutputFiles`), so an interrupted export never
+leaves a half-written file where a finished one (or the previous export) was.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from factory.errors import ConfigError
+from factory.outputs import OutputFiles
 
 if TYPE_CHECKING:  # only for hints: reading and validating a file never import polars
     import polars as pl
@@ -43,19 +43,31 @@ def side_path(path: Path, tag: str) -> Path:
     return path.with_name(f"{path.stem}.{tag}{path.suffix}")
 
 
-def write_rows(frame: pl.DataFrame, path: Path) -> None:
-    """Write ``frame`` to ``path`` (kind by extension), atomically."""
+def write_rows(frame: pl.DataFrame, path: Path, outputs: OutputFiles | None = None) -> None:
+    """Write ``frame`` to ``path`` (kind by extension), atomically.
+
+    Args:
+        frame: The rows.
+        path: The target file.
+        outputs: Stage the file in this set, renamed into place with the rest
+            of it (default: on its own, at once).
+
+    Raises:
+        ConfigError: Not a .jsonl or .parquet path, or ``outputs`` protects it.
+    """
     kind = file_kind(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        if kind == "jsonl":
-            frame.write_ndjson(tmp)
-        else:
-            frame.write_parquet(tmp, compression="zstd", statistics=False)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    if outputs is None:
+        with OutputFiles() as alone:
+            _write_frame(frame, alone.stage(path), kind)
+    else:
+        _write_frame(frame, outputs.stage(path), kind)
+
+
+def _write_frame(frame: pl.DataFrame, path: Path, kind: str) -> None:
+    if kind == "jsonl":
+        frame.write_ndjson(path)
+    else:
+        frame.write_parquet(path, compression="zstd", statistics=False)
 
 
 def iter_records(path: Path) -> Iterator[tuple[int, dict[str, Any] | None, str | None]]:

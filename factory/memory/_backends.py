@@ -16,6 +16,7 @@ from pathlib import Path
 
 from factory.errors import ConfigError
 from factory.memory._store import DuckDBMemoryBackend, MemoryBackend
+from factory.outputs import refuse_protected
 from factory.registry import Registry
 from factory.store import Store
 
@@ -35,6 +36,7 @@ def _lance(store: Store, argument: str | None) -> MemoryBackend:
     from factory.memory._lance import LanceMemoryBackend
 
     path = Path(argument).expanduser() if argument else store.path.with_suffix(".memory.lance")
+    refuse_protected(path, {"the store (--db)": store.path})  # the index is written into this folder
     return LanceMemoryBackend(path)
 
 

@@ -4,7 +4,7 @@ from factory.ranking._arms import SELECTION_RULES, pair_arms, select_arms, split
 from factory.ranking._bradley_terry import BTFit, comparisons_from_winners, fit_bradley_terry
 from factory.ranking._evidence import ORDERED_BY_OUTCOME, describe_evidence, outcome_summary, signal_evidence
 from factory.ranking._pairwise import judge_pairwise
-from factory.ranking._plots import plot_pass_rates, plot_strengths
+from factory.ranking._plots import check_plot_file, plot_pass_rates, plot_strengths
 from factory.ranking._ranker import DEFAULT_REWARDS, RankedBranch, RewardFunction, RolloutRanker
 from factory.ranking._records import BranchRecord, PairwiseOutcome, excluded_branches, load_pairwise, load_records
 from factory.ranking._stats import (
@@ -31,6 +31,7 @@ __all__ = [
     "RankedBranch",
     "RewardFunction",
     "RolloutRanker",
+    "check_plot_file",
     "compare_paired",
     "comparisons_from_winners",
     "describe_evidence",

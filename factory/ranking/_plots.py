@@ -1,7 +1,10 @@
 """PNG plots a person would rather look at than read: a strength forest plot and pass rates with intervals.
 
 matplotlib is imported (with the non-interactive Agg backend) only when a
-plot is drawn; it comes with the ``plot`` extra.
+plot is drawn; it comes with the ``plot`` extra. A command checks
+:func:`check_plot_file` before its first write, so a missing extra fails it
+before it changed anything. A plot is written atomically
+(:func:`~factory.outputs.write_output`).
 """
 
 from __future__ import annotations
@@ -12,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from factory.errors import ConfigError
+from factory.outputs import write_output
 
-__all__ = ["plot_pass_rates", "plot_strengths"]
+__all__ = ["check_plot_file", "plot_pass_rates", "plot_strengths"]
 
 _PASS, _FAIL, _UNKNOWN = "#2e7d32", "#c62828", "#757575"
 _MAX_ROWS = 60
@@ -28,6 +32,29 @@ def _pyplot() -> Any:
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def check_plot_file(path: Path) -> None:
+    """Refuse a plot file now, before any work: without matplotlib (the ``plot`` extra), or of a type it cannot write.
+
+    Raises:
+        ConfigError: matplotlib is missing, or ``path``'s extension names no image format it writes.
+    """
+    _pyplot()
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    kinds = FigureCanvasAgg.get_supported_filetypes()
+    suffix = path.suffix.lower().lstrip(".")
+    if suffix and suffix not in kinds:
+        raise ConfigError(f"--plot {path}: cannot draw a .{suffix} file; use one of: "
+                          f"{', '.join('.' + kind for kind in sorted(kinds))}")
+
+
+def _save(fig: Any, path: Path, plt: Any) -> None:
+    try:
+        write_output(path, fig.savefig)
+    finally:
+        plt.close(fig)
 
 
 def plot_strengths(rows: Sequence[dict[str, Any]], path: Path, title: str) -> Path:
@@ -77,8 +104,7 @@ def plot_strengths(rows: Sequence[dict[str, Any]], path: Path, title: str) -> Pa
                        ((_PASS, "objective pass"), (_FAIL, "objective fail"), (_UNKNOWN, "not verified"))],
               loc="lower right", fontsize=8, frameon=False)
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    _save(fig, path, plt)
     return path
 
 
@@ -109,6 +135,5 @@ def plot_pass_rates(arms: Sequence[dict[str, Any]], path: Path, title: str, subt
     ax.set_title(title + (f"\n{wrapped}" if wrapped else ""), fontsize=9, loc="left")
     ax.grid(axis="x", color="#e0e0e0", zorder=0)
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    _save(fig, path, plt)
     return path

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from factory.errors import ConfigError
+from factory.outputs import refuse_protected, write_output
 from factory.trainers._data import TrainingData, load_training_data
 
 if TYPE_CHECKING:
@@ -106,8 +107,11 @@ def _versions() -> dict[str, str | None]:
     return found
 
 
-def _plot_losses(history: list[dict[str, Any]], path: Path, title: str) -> Path | None:
-    """loss (and reward, where logged) against step; None without matplotlib or without logged losses."""
+def _plot_losses(history: list[dict[str, Any]], path: Path, title: str, protected: dict[str, Path]) -> Path | None:
+    """loss (and reward, where logged) against step; None without matplotlib or without logged losses.
+
+    Written atomically, never over a ``protected`` path (the training data).
+    """
     try:
         import matplotlib
 
@@ -129,8 +133,10 @@ def _plot_losses(history: list[dict[str, Any]], path: Path, title: str) -> Path 
         twin.set_ylabel("mean reward")
     ax.set_title(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        write_output(path, lambda staged: fig.savefig(staged, dpi=110), protected)
+    finally:
+        plt.close(fig)
     return path
 
 
@@ -237,6 +243,9 @@ def run_training(name: str, config: Any, formats: str | tuple[str, ...], build_t
             raise ConfigError("no training data: give --data FILE (an export from `factory export`)")
         data = load_training_data(config.data_file, formats)
     output_dir = Path(config.output_dir)
+    inputs = {"the training data (--data)": data.path}
+    for target in (output_dir / "loss.png", output_dir / RESULT_FILE):  # refused now, not after training
+        refuse_protected(target, inputs)
     resume_from = None
     if config.resume:
         resume_from = _last_checkpoint(output_dir)
@@ -276,8 +285,8 @@ def run_training(name: str, config: Any, formats: str | tuple[str, ...], build_t
                          Path(paths["adapter"]) if paths.get("adapter") else None, metrics, history, provenance,
                          list(data.warnings), main_process=main_process)
     if main_process:
-        result.plot_path = _plot_losses(history, output_dir / "loss.png", f"factory train {name}: {data.path.name}")
-        tmp = output_dir / f".{RESULT_FILE}.tmp"
-        tmp.write_text(json.dumps(result.to_dict(), indent=2) + "\n", encoding="utf-8")
-        tmp.replace(output_dir / RESULT_FILE)
+        result.plot_path = _plot_losses(history, output_dir / "loss.png", f"factory train {name}: {data.path.name}",
+                                        inputs)
+        report = json.dumps(result.to_dict(), indent=2) + "\n"
+        write_output(output_dir / RESULT_FILE, lambda staged: staged.write_text(report, encoding="utf-8"), inputs)
     return result
