@@ -114,6 +114,7 @@ def fork(tasks_file: Path | None, branches: int, model_spec: str | None, base_ur
     """
     from factory.errors import ConfigError
     from factory.models import AdaptiveLimiter, ModelOptions, RecordingModel, ResilientModel, create_model
+    from factory.outputs import refuse_protected
     from factory.rollouts import AgentConfig, ForkConfig, RolloutForkRunner, StoredRun, fork_summary
     from factory.sandbox import NoSandboxWarning, SandboxLimits, default_sandbox_name, sandbox_names
     from factory.store import Store
@@ -130,7 +131,13 @@ def fork(tasks_file: Path | None, branches: int, model_spec: str | None, base_ur
     task_set = load_tasks(tasks_file) if tasks_file is not None else None  # bad files fail before any branch
 
     err = sys.stderr
-    store = Store.open(resolve_db(db))
+    path = resolve_db(db)
+    if record is not None:  # appended to as the run goes: never the store or an input
+        replayed = model_spec[len("replay:"):] if model_spec and model_spec.startswith("replay:") else None
+        refuse_protected(record, {"the store (--db)": path, "the tasks file": tasks_file,
+                                  "the replay file (--model)": replayed})
+    created = not path.exists()
+    store = Store.open(path, create=resume_id is None)  # --resume continues a store that must exist
     try:
         stored = None
         if resume_id is not None:
@@ -197,12 +204,30 @@ def fork(tasks_file: Path | None, branches: int, model_spec: str | None, base_ur
         summary["rate_limited"] = model.rate_limited
         budget = getattr(pipeline.verifiers.get("judge"), "budget", None) if pipeline else None
         summary["judge_budget_exhausted"] = getattr(budget, "exhausted", 0)
+    except BaseException:
+        if created:
+            _discard_if_empty(store)
+        raise
     finally:
         store.close()
     if as_json:
         click.echo(dump_json(summary))
     else:
         _print_summary(summary)
+
+
+def _discard_if_empty(store) -> None:
+    """Remove a store this command created when it failed before its run began: no empty store is left behind."""
+    from factory.errors import FactoryError
+
+    try:
+        if store.runs().height:
+            return
+    except FactoryError:  # unreadable now: keep it, whatever it holds
+        return
+    store.close()
+    for leftover in (store.path, store.path.with_name(store.path.name + ".wal")):
+        leftover.unlink(missing_ok=True)
 
 
 async def _drive(results, total, already, model, pipeline, err) -> None:

@@ -38,12 +38,25 @@ def rank(run_id: str, db: Path | None, judge_pairs: int, judge_spec: str | None,
     """
     from factory.errors import ConfigError
     from factory.models import ModelOptions
-    from factory.ranking import RolloutRanker, judge_pairwise, load_pairwise, load_records, plot_strengths
+    from factory.outputs import OutputFiles
+    from factory.ranking import (
+        RolloutRanker,
+        check_plot_file,
+        judge_pairwise,
+        load_pairwise,
+        load_records,
+        plot_strengths,
+    )
     from factory.store import Store
 
     if judge_pairs and not judge_spec:
         raise ConfigError("--judge-pairs needs --judge MODEL")
-    with Store.open(resolve_db(db)) as store:
+    path = resolve_db(db)
+    outputs = OutputFiles({"the store (--db)": path})
+    if plot is not None:  # before anything is stored: a plot that cannot be drawn fails the command unchanged
+        outputs.check(plot)
+        check_plot_file(plot)
+    with Store.open(path, create=False) as store:
         if store.run(run_id) is None:
             raise ConfigError(f"no run {run_id} in {store.path}")
         if judge_pairs:
@@ -51,9 +64,11 @@ def rank(run_id: str, db: Path | None, judge_pairs: int, judge_spec: str | None,
             asyncio.run(judge_pairwise(store, run_id, judge_spec, judge_pairs, judge_options))
         records = load_records(store, run_id)
         result = RolloutRanker(bootstrap_rounds=bootstrap).rank(records, load_pairwise(store, run_id))
-        store.replace_rankings(run_id, [r.row(run_id) for r in result.ranked])
-    if plot is not None:
-        plot_strengths([vars(r) for r in result.ranked], plot, f"run {run_id}: strengths within each task")
+        with outputs:  # the plot lands once the ranking is stored, and is removed if storing it fails
+            if plot is not None:
+                plot_strengths([vars(r) for r in result.ranked], outputs.stage(plot),
+                               f"run {run_id}: strengths within each task")
+            store.replace_rankings(run_id, [r.row(run_id) for r in result.ranked])
     if as_json:
         click.echo(dump_json({"run_id": run_id, **result.to_dict(), "plot": str(plot) if plot else None}))
         return
@@ -131,11 +146,25 @@ def power(db: Path | None, runs: tuple[str, str] | None, run_id: str | None, fie
     compared on the other half, which the choice never saw.
     """
     from factory.errors import ConfigError
-    from factory.ranking import compare_paired, load_records, pair_arms, plot_pass_rates, select_arms, split_by_field
+    from factory.outputs import OutputFiles
+    from factory.ranking import (
+        check_plot_file,
+        compare_paired,
+        load_records,
+        pair_arms,
+        plot_pass_rates,
+        select_arms,
+        split_by_field,
+    )
     from factory.store import Store
 
     chosen = None
-    with Store.open(resolve_db(db), read_only=True) as store:
+    path = resolve_db(db)
+    outputs = OutputFiles({"the store (--db)": path})
+    if plot is not None:
+        outputs.check(plot)
+        check_plot_file(plot)
+    with Store.open(path, read_only=True) as store:
         if runs:
             for rid in runs:
                 if store.run(rid) is None:
@@ -165,12 +194,14 @@ def power(db: Path | None, runs: tuple[str, str] | None, run_id: str | None, fie
     if chosen is not None:
         verdict = f"{verdict} [{chosen.note()}]"
     if plot is not None:
-        plot_pass_rates([
-            {"label": paired.label_a, "k": report.k_a, "n": report.n, "rate": report.rate_a,
-             "low": report.ci_a[0], "high": report.ci_a[1]},
-            {"label": paired.label_b, "k": report.k_b, "n": report.n, "rate": report.rate_b,
-             "low": report.ci_b[0], "high": report.ci_b[1]},
-        ], plot, f"{paired.label_a} vs {paired.label_b}, paired by task and branch (n={report.n})", verdict)
+        with outputs:
+            plot_pass_rates([
+                {"label": paired.label_a, "k": report.k_a, "n": report.n, "rate": report.rate_a,
+                 "low": report.ci_a[0], "high": report.ci_a[1]},
+                {"label": paired.label_b, "k": report.k_b, "n": report.n, "rate": report.rate_b,
+                 "low": report.ci_b[0], "high": report.ci_b[1]},
+            ], outputs.stage(plot), f"{paired.label_a} vs {paired.label_b}, paired by task and branch (n={report.n})",
+                verdict)
     if as_json:
         click.echo(dump_json({**report.to_dict(), "verdict": verdict, "arm_a": paired.label_a,
                               "arm_b": paired.label_b, "selection": chosen.to_dict() if chosen else None,

@@ -81,7 +81,7 @@ def run_command(run_id: str, db: Path | None, verifiers: tuple[str, ...], judge_
     from factory.store import Store
     from factory.verifiers import verify_stored_run
 
-    with Store.open(resolve_db(db)) as store:
+    with Store.open(resolve_db(db), create=False) as store:
         run = store.run(run_id)
         if run is None:
             raise ConfigError(f"no run {run_id} in {store.path}")
