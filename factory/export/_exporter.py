@@ -150,6 +150,8 @@ def _write_export(fmt: ExportFormat, built: ExportRows, source: ExportSource, ou
         config_hashes=[r["config_hash"] for r in run_info],
         counts={"branches": source.branches.height,
                 "tasks": source.branches.select("run_id", "task_id").unique().height,
+                # left out of every row, never a rejected side or an undesirable label
+                "excluded_infra_failures": sum(e["infra_failures"] for e in source.excluded.values()),
                 **built.stats},
         length_bias=built.stats.get("length_bias"),
         judge_objective_agreement=judge_objective_agreement(source.branches),

@@ -37,12 +37,14 @@ class ExportSource:
         runs: Per run: ``dataset_hash``, ``config_hash``, ``model``, ``created_at``.
         ranked_here: Runs with no stored ranking, ranked for this export.
         ranking_stats: Per run, the ranker's power statistics (``powered``, ``mcnemar_p``, ...).
+        excluded: Per run, the branches left out as infrastructure failures (count and reasons).
     """
 
     branches: pl.DataFrame
     runs: dict[str, dict[str, Any]]
     ranked_here: list[str] = field(default_factory=list)
     ranking_stats: dict[str, dict[str, Any]] = field(default_factory=dict)
+    excluded: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def load_source(store: Store, run_ids: Sequence[str], *, bootstrap_rounds: int = 100) -> ExportSource:
@@ -58,14 +60,17 @@ def load_source(store: Store, run_ids: Sequence[str], *, bootstrap_rounds: int =
     if missing:
         raise ExportError(f"no run {', '.join(missing)} in {store.path} (see: factory runs)")
     branches = store.export_branches(run_ids)
-    source = ExportSource(branches, runs)
+    from factory.ranking import excluded_branches
+
+    # Infrastructure failures are not in `branches` (not outcomes): counted here, for the manifest.
+    source = ExportSource(branches, runs, excluded={run_id: excluded_branches(store, run_id) for run_id in run_ids})
     _rank(store, source, bootstrap_rounds)
     return source
 
 
 def _rank(store: Store, source: ExportSource, bootstrap_rounds: int) -> None:
     """Fill in rankings for runs without stored ones, and every run's power statistics."""
-    from factory.ranking import RankedBranch, RolloutRanker, load_pairwise, load_records
+    from factory.ranking import RolloutRanker, load_pairwise, load_records
 
     ranker = RolloutRanker(bootstrap_rounds=bootstrap_rounds)
     updates = []
@@ -74,13 +79,10 @@ def _rank(store: Store, source: ExportSource, bootstrap_rounds: int) -> None:
         if frame.is_empty():
             source.ranking_stats[run_id] = ranker.stats_of([])
             continue
-        if frame["rank"].null_count() == 0:  # stored by `factory rank`: read, don't recompute
-            ordered = frame.sort(["task_id", "rank"])
-            source.ranking_stats[run_id] = ranker.stats_of(
-                [RankedBranch(row["task_id"], row["branch_index"], row["rank"], row["reward"], {}, row["strength"],
-                              row["ci_low"], row["ci_high"], row["objective_pass"], row["hack_detected"])
-                 for row in ordered.select("task_id", "branch_index", "rank", "reward", "strength", "ci_low",
-                                           "ci_high", "objective_pass", "hack_detected").iter_rows(named=True)])
+        if frame["rank"].null_count() == 0:  # stored by `factory rank`: keep its order
+            # The evidence statistics depend on the signals and outcomes, never on the order: recomputed.
+            source.ranking_stats[run_id] = ranker.evidence_of(load_records(store, run_id),
+                                                              load_pairwise(store, run_id))
             continue
         result = ranker.rank(load_records(store, run_id), load_pairwise(store, run_id))
         source.ranked_here.append(run_id)

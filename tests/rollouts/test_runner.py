@@ -71,6 +71,7 @@ def test_runs_every_branch_in_its_own_sandbox_and_stores_it(tmp_path, replay_fil
 
 def test_model_and_sandbox_errors_are_recorded_never_lost(tmp_path, replay_file, monkeypatch):
     """Infrastructure failures are stored whole, and never appear as the policy's failures anywhere."""
+    from factory.export import export
     from factory.memory import candidates_from_run
     from factory.ranking import RolloutRanker, excluded_branches, load_records
     from factory.verifiers import VerificationPipeline
@@ -94,6 +95,9 @@ def test_model_and_sandbox_errors_are_recorded_never_lost(tmp_path, replay_file,
         assert infra and all(c.infra_error and c.objective_score is None for c in infra)
         assert store.task_summaries("r1").filter(pl.col("task_id") == "fix-factorial").select(
             "errors", "verified", "passed").row(0) == (2, 0, 0)
+        exported = export(store, "kto", ["r1"], tmp_path / "kto.jsonl")  # not one undesirable row from them
+        assert {json.loads(line)["task_id"] for line in (tmp_path / "kto.jsonl").read_text().splitlines()} == {"add"}
+        assert exported.manifest.counts["excluded_infra_failures"] == 2
         # a sandbox that cannot start: every branch recorded as an infrastructure failure, with the reason
         monkeypatch.setenv("PATH", "/nonexistent")
         runner = RolloutForkRunner(model, store, ForkConfig(branches=2, sandbox="bwrap"), run_id="r2",
