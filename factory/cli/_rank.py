@@ -42,6 +42,7 @@ def rank(run_id: str, db: Path | None, judge_pairs: int, judge_spec: str | None,
     from factory.ranking import (
         RolloutRanker,
         check_plot_file,
+        excluded_branches,
         judge_pairwise,
         load_pairwise,
         load_records,
@@ -63,6 +64,7 @@ def rank(run_id: str, db: Path | None, judge_pairs: int, judge_spec: str | None,
             judge_options = ModelOptions(timeout_s=request_timeout_s)
             asyncio.run(judge_pairwise(store, run_id, judge_spec, judge_pairs, judge_options))
         records = load_records(store, run_id)
+        excluded = excluded_branches(store, run_id)  # infrastructure failures: not records, counted apart
         result = RolloutRanker(bootstrap_rounds=bootstrap).rank(records, load_pairwise(store, run_id))
         with outputs:  # the plot lands once the ranking is stored, and is removed if storing it fails
             if plot is not None:
@@ -70,9 +72,13 @@ def rank(run_id: str, db: Path | None, judge_pairs: int, judge_spec: str | None,
                                f"run {run_id}: strengths within each task")
             store.replace_rankings(run_id, [r.row(run_id) for r in result.ranked])
     if as_json:
-        click.echo(dump_json({"run_id": run_id, **result.to_dict(), "plot": str(plot) if plot else None}))
+        click.echo(dump_json({"run_id": run_id, **result.to_dict(), "excluded": excluded,
+                              "plot": str(plot) if plot else None}))
         return
     _print_ranking(run_id, result)
+    if excluded["infra_failures"]:
+        click.echo(f"excluded: {excluded['infra_failures']} branch(es) as infrastructure failures "
+                   f"({', '.join(excluded['reasons']) or 'no reason recorded'}): not outcomes, in no rate above")
     if plot is not None:
         click.echo(f"plot: {plot}")
 
