@@ -362,6 +362,8 @@ def test_every_command_that_calls_a_model_has_the_request_timeout_of_the_models(
 # ---------------------------------------------------------------- a read-only folder
 
 
+STORE_FOLDER = ("cannot write to {ro}/run.duckdb: its folder {ro} is not writable, and DuckDB keeps a write-ahead "
+                "log beside the store (copy the store to a writable folder)")
 READ_ONLY_CASES = {
     "export-out": Case("export sft --db {db} --run r1 --out {ro}/sft.jsonl", 2,
                        "--out: cannot write in {ro}: it is on a read-only file system"),
@@ -369,35 +371,61 @@ READ_ONLY_CASES = {
                              "--out: cannot write in {ro}: it is on a read-only file system"),
     "train-output": Case("train dpo --data {files}/dpo.jsonl --output {ro}/model", 2,
                          "--output: cannot write in {ro}: it is on a read-only file system"),
+    # The store itself is writable, its folder is not: DuckDB's write-ahead log could not be made there.
+    "store-rank": Case("rank r1 --db {ro}/run.duckdb", 1, STORE_FOLDER),
+    "store-memory-add": Case("memory add r1 --db {ro}/run.duckdb --embedder hashing", 1, STORE_FOLDER),
+    "store-migrate": Case("db migrate --db {ro}/run.duckdb", 1, STORE_FOLDER),
 }
 
 
-def _bwrap() -> str | None:
-    return shutil.which("bwrap")
+def _in_read_only_folder(ro: Path, argv: list[str], writable: Path | None = None) -> subprocess.CompletedProcess:
+    """Run ``factory ARGV`` with the folder ``ro`` read-only (all but the file ``writable`` in it).
+
+    As root a folder's mode bits do not stop a write, so the folder is bound
+    read-only in a mount namespace (bwrap) instead.
+    """
+    command = [sys.executable, "-m", "factory.cli", *argv]
+    if os.geteuid() != 0:
+        ro.chmod(0o555)
+        try:
+            return subprocess.run(command, capture_output=True, text=True, timeout=120)
+        finally:
+            ro.chmod(0o755)
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        pytest.skip("root without bwrap: no way to make a folder read-only here")
+    binds = ["--ro-bind", str(ro), str(ro)] + (["--bind", str(writable), str(writable)] if writable else [])
+    return subprocess.run([bwrap, "--dev-bind", "/", "/", *binds, *command], capture_output=True, text=True,
+                          timeout=120)
 
 
 @pytest.mark.parametrize("name", list(READ_ONLY_CASES))
-def test_output_into_a_read_only_folder_is_refused_before_any_work(name, world, digest, tmp_path):
-    """As root a folder's mode bits do not stop a write: the folder is bound read-only instead (bwrap)."""
+def test_writing_in_a_read_only_folder_is_refused_before_any_work(name, world, digest, tmp_path):
     case = READ_ONLY_CASES[name]
     ro = tmp_path / "read-only"
     ro.mkdir()
+    store = ro / "run.duckdb" if "{ro}/run.duckdb" in case.argv else None
+    if store is not None:
+        shutil.copyfile(world["db"], store)
     places = {**world, "ro": ro}
-    command = [sys.executable, "-m", "factory.cli", *shlex.split(_filled(case.argv, places))]
-    if os.geteuid() == 0:
-        if _bwrap() is None:
-            pytest.skip("root without bwrap: no way to make a folder read-only here")
-        command = [_bwrap(), "--dev-bind", "/", "/", "--ro-bind", str(ro), str(ro), *command]
-        expected = case.message
-    else:
-        ro.chmod(0o555)
-        expected = case.message.replace("it is on a read-only file system", "permission denied")
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=120)
-    finally:
-        ro.chmod(0o755)
+
+    done = _in_read_only_folder(ro, shlex.split(_filled(case.argv, places)), writable=store)
+
+    expected = case.message if os.geteuid() == 0 else case.message.replace(
+        "it is on a read-only file system", "permission denied")
     assert "Traceback" not in done.stderr
     assert done.returncode == case.code, done.stderr
     assert done.stderr.splitlines() == [f"error: {_filled(expected, places)}"]
-    assert list(ro.iterdir()) == []
-    assert store_digest(world["db"]) == digest
+    assert sorted(p.name for p in ro.iterdir()) == (["run.duckdb"] if store else [])
+    assert store_digest(store or world["db"]) == digest
+
+
+def test_a_store_in_a_read_only_folder_can_still_be_read(world, tmp_path):
+    ro = tmp_path / "read-only"
+    ro.mkdir()
+    shutil.copyfile(world["db"], ro / "run.duckdb")
+
+    done = _in_read_only_folder(ro, ["runs", "--db", str(ro / "run.duckdb"), "--json"], writable=ro / "run.duckdb")
+
+    assert done.returncode == 0, done.stderr
+    assert [run["run_id"] for run in json.loads(done.stdout)] == ["r1"]

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import os
 import re
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -152,6 +153,7 @@ class Store:
 
         Raises:
             StoreNotFoundError: There is no file, and read-only or not ``create``.
+            StoreError: Read-write, and its folder cannot be written in (or does not exist).
             StoreLockedError: Another process is writing to the file.
             MigrationError: The schema cannot be brought up to date.
         """
@@ -160,6 +162,10 @@ class Store:
             raise StoreNotFoundError(f"no database at {db} (run `factory fork` first, or pass --db)")
         if not read_only and not db.parent.exists():
             raise StoreError(f"cannot create {db}: directory {db.parent} does not exist")
+        if not read_only and not os.access(db.parent, os.W_OK | os.X_OK):
+            # DuckDB writes its write-ahead log beside the file: the first write would fail at COMMIT.
+            raise StoreError(f"cannot write to {db}: its folder {db.parent} is not writable, and DuckDB keeps a "
+                             "write-ahead log beside the store (copy the store to a writable folder)")
         con = _connect(db, read_only)
         try:
             if not read_only:
@@ -615,7 +621,12 @@ class _Transaction:
             return
         con = self._store._con
         if exc_type is None:
-            con.execute("COMMIT")
+            try:
+                con.execute("COMMIT")
+            except duckdb.Error as exc:  # a full disk, a write-ahead log that cannot be written
+                with contextlib.suppress(duckdb.Error):
+                    con.execute("ROLLBACK")
+                raise StoreError(f"writing to {self._store.path} failed: {_first_line(exc)}") from exc
             return
         con.execute("ROLLBACK")
         for name in _SCRATCH_VIEWS:  # left registered if the failing statement aborted the transaction
