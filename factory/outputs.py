@@ -117,7 +117,8 @@ class OutputFiles:
         targets = list(self._staged)
         try:
             for target in targets:
-                os.replace(self._staged.pop(target), target)
+                os.replace(self._staged[target], target)
+                del self._staged[target]
         finally:
             self.discard()  # what a failed rename left staged; the folders made now hold the targets
         return targets
