@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from factory.errors import ConfigError
+from factory.errors import ConfigError, ExportValidationError
 from factory.outputs import OutputFiles
 
 if TYPE_CHECKING:  # only for hints: reading and validating a file never import polars
@@ -71,15 +71,37 @@ def _write_frame(frame: pl.DataFrame, path: Path, kind: str) -> None:
 
 
 def iter_records(path: Path) -> Iterator[tuple[int, dict[str, Any] | None, str | None]]:
-    """Each record of an export file: (1-based line or row, record or None, why it could not be read)."""
+    """Each record of an export file: (1-based line or row, record or None, why it could not be read).
+
+    A JSONL line that is not UTF-8, not JSON or not an object is reported on its own line.
+
+    Raises:
+        ExportValidationError: The file cannot be read at all: a ``.parquet`` file that is not Parquet, or
+            a file that cannot be opened.
+    """
     if file_kind(path) == "parquet":
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        for number, row in enumerate(pq.read_table(path).to_pylist(), start=1):
+        try:
+            rows = pq.read_table(path).to_pylist()
+        except (pa.ArrowException, OSError) as exc:  # ArrowInvalid: no Parquet footer, a cut-off file
+            detail = " ".join(str(exc).split()).replace(f"'{path}'", "the file")
+            raise ExportValidationError(str(path), [f"{path}: cannot be read as Parquet: {detail}"]) from exc
+        for number, row in enumerate(rows, start=1):
             yield number, row, None
         return
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
+    try:
+        handle = path.open("rb")
+    except OSError as exc:
+        raise ExportValidationError(str(path), [f"{path}: cannot be read: {exc.strerror or exc}"]) from exc
+    with handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                yield number, None, "not UTF-8 text"
+                continue
             if not line.strip():
                 yield number, None, "empty line"
                 continue

@@ -8,7 +8,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from factory.errors import ConfigError
+from factory.errors import ConfigError, ExportValidationError
 from factory.export import FILE_KINDS, MANIFEST_SUFFIX, file_kind, iter_records, side_path, write_rows
 
 FRAME = pl.DataFrame({"prompt": ["a", "b"], "score": [1.0, 0.5], "tags": [["x"], []]})
@@ -65,11 +65,31 @@ def test_a_bad_extension_writes_nothing(tmp_path):
 
 def test_unreadable_jsonl_lines_are_reported_with_their_line(tmp_path):
     path = tmp_path / "mixed.jsonl"
-    path.write_text('{"ok": 1}\n\n{"broken": }\n[1, 2]\n{"ok": 2}\n')
+    path.write_bytes(b'{"ok": 1}\n\n{"broken": }\n[1, 2]\n{"caf\xe9": 1}\n{"ok": 2}\n')
     assert list(iter_records(path)) == [
         (1, {"ok": 1}, None),
         (2, None, "empty line"),
         (3, None, "not JSON (Expecting value at column 12)"),
         (4, None, "not a JSON object"),
-        (5, {"ok": 2}, None),
+        (5, None, "not UTF-8 text"),  # latin-1
+        (6, {"ok": 2}, None),
     ]
+
+
+@pytest.mark.parametrize("content", [b"this is not a Parquet file\n", b"PAR1", b""])
+def test_a_parquet_file_that_is_not_parquet_is_a_validation_error(tmp_path, content):
+    path = tmp_path / "rows.parquet"
+    path.write_bytes(content)
+    with pytest.raises(ExportValidationError) as caught:
+        list(iter_records(path))
+    assert caught.value.exit_code == 2
+    [problem] = caught.value.problems
+    assert problem.startswith(f"{path}: cannot be read as Parquet: ")
+
+
+def test_a_cut_off_parquet_file_is_a_validation_error(tmp_path):
+    path = tmp_path / "rows.parquet"
+    write_rows(FRAME, path)
+    path.write_bytes(path.read_bytes()[:-20])
+    with pytest.raises(ExportValidationError, match="cannot be read as Parquet"):
+        list(iter_records(path))
