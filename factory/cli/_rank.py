@@ -8,7 +8,15 @@ from pathlib import Path
 
 import click
 
-from factory.cli._options import FiniteFloat, db_option, dump_json, json_option, request_timeout_option, resolve_db
+from factory.cli._options import (
+    FiniteFloat,
+    check_writable,
+    db_option,
+    dump_json,
+    json_option,
+    request_timeout_option,
+    resolve_db,
+)
 
 __all__ = ["power", "rank"]
 
@@ -57,6 +65,7 @@ def rank(run_id: str, db: Path | None, judge_pairs: int, judge_spec: str | None,
     if plot is not None:  # before anything is stored: a plot that cannot be drawn fails the command unchanged
         outputs.check(plot)
         check_plot_file(plot)
+        check_writable(plot.parent, "--plot")
     with Store.open(path, create=False) as store:
         if store.run(run_id) is None:
             raise ConfigError(f"no run {run_id} in {store.path}")
@@ -170,6 +179,7 @@ def power(db: Path | None, runs: tuple[str, str] | None, run_id: str | None, fie
     if plot is not None:
         outputs.check(plot)
         check_plot_file(plot)
+        check_writable(plot.parent, "--plot")
     with Store.open(path, read_only=True) as store:
         if runs:
             for rid in runs:
