@@ -97,3 +97,47 @@ def test_model_failure_is_an_error_result_not_an_exception(replay_file):
     result, _ = run_agent(ADD, entries, replay_file)
     assert result.status == BranchStatus.INFRA_ERROR and "ReplayMissError" in result.error
     assert result.events[-1].kind == "error"
+
+
+def _agent_over_the_wire(server):
+    """The agent on the real openai SDK against the fake server, retrying fast (3 attempts) with a 1 s request bound."""
+    from factory.models import ModelOptions, ResilientModel, RetryPolicy
+
+    inner = create_model("openai:test-model", ModelOptions(base_url=f"{server.url}/v1", api_key="test", timeout_s=1.0))
+    return ToolCallingAgent(ResilientModel(inner, RetryPolicy(max_attempts=3, base_s=0.01, cap_s=0.05)))
+
+
+def _answer(agent):
+    async def go():
+        try:
+            return await agent.run(ADD, None, temperature=0.7, seed=0)
+        finally:
+            await agent.model.aclose()
+
+    return asyncio.run(go())
+
+
+def test_a_provider_that_keeps_failing_ends_the_branch_as_an_infrastructure_failure():
+    from tests.rollouts.wire_server import Reply, WireServer
+
+    with WireServer() as server:
+        server.set_default(Reply.raw('{"choices": ['))  # a 200 whose JSON is cut off, every time
+        result = _answer(_agent_over_the_wire(server))
+        sent = len(server.requests)
+
+    assert result.status == BranchStatus.INFRA_ERROR  # never an agent outcome, so never scored as a fail
+    assert result.error.startswith("ProviderExhaustedError: openai:test-model: gave up after 3 attempts; "
+                                   "last: MalformedResponseError: openai: malformed response")
+    assert sent == 3
+
+
+def test_cut_off_and_hung_replies_are_retried_and_the_branch_answers():
+    from dataclasses import replace
+
+    from tests.rollouts.wire_server import Reply, WireServer
+
+    with WireServer() as server:
+        server.push(Reply.raw('{"choices": ['), replace(Reply.ok("Final: 41"), delay_s=5.0), Reply.ok("Final: 42"))
+        result = _answer(_agent_over_the_wire(server))
+
+    assert result.status == BranchStatus.OK and result.final_answer == "Final: 42"
