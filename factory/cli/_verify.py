@@ -38,7 +38,7 @@ def verify() -> None:
 
 
 def _pipeline(verifiers: tuple[str, ...], judge_spec: str | None, samples: int, sandbox: str, policy: str | None,
-              hack_penalty: float, request_timeout_s: float):
+              hack_penalty: float = 0.4, *, request_timeout_s: float):
     from factory.errors import ConfigError
     from factory.sandbox import sandbox_names
     from factory.verifiers import JudgeSameAsPolicyWarning, build_pipeline, is_objective, verifier_names
@@ -86,7 +86,7 @@ def run_command(run_id: str, db: Path | None, verifiers: tuple[str, ...], judge_
         if run is None:
             raise ConfigError(f"no run {run_id} in {store.path}")
         pipeline = _pipeline(verifiers, judge_spec, judge_samples, sandbox or run["sandbox"] or "bwrap", run["model"],
-                             hack_penalty, request_timeout_s)
+                             hack_penalty, request_timeout_s=request_timeout_s)
         async def go():
             try:
                 return await verify_stored_run(store, run_id, pipeline, sandbox or run["sandbox"] or "bwrap")
@@ -121,7 +121,7 @@ def golden(verifier_name: str, correct: Path, exploits: Path, sandbox: str, as_j
     if verifier_name in verifier_names() and not is_objective(verifier_name):
         raise ConfigError(f"--verifier {verifier_name}: golden sets check objective verifiers; "
                           "the judge is checked with `factory verify calibrate RUN`")
-    pipeline = _pipeline((verifier_name,), None, 1, sandbox, None, 0.4, DEFAULT_REQUEST_TIMEOUT_S)  # no model here
+    pipeline = _pipeline((verifier_name,), None, 1, sandbox, None, request_timeout_s=DEFAULT_REQUEST_TIMEOUT_S)
     report = asyncio.run(run_golden(verifier_name, pipeline, load_golden(correct), load_golden(exploits), sandbox))
     if as_json:
         click.echo(dump_json(report.to_dict()))
