@@ -8,6 +8,7 @@ leaves a half-written file where a finished one (or the previous export) was.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -86,7 +87,7 @@ def iter_records(path: Path) -> Iterator[tuple[int, dict[str, Any] | None, str |
         try:
             rows = pq.read_table(path).to_pylist()
         except (pa.ArrowException, OSError) as exc:  # ArrowInvalid: no Parquet footer, a cut-off file
-            detail = " ".join(str(exc).split()).replace(f"'{path}'", "the file")
+            detail = re.sub(r"^Could not open Parquet input source '.*?': ", "", " ".join(str(exc).split()))
             raise ExportValidationError(str(path), [f"{path}: cannot be read as Parquet: {detail}"]) from exc
         for number, row in enumerate(rows, start=1):
             yield number, row, None
