@@ -48,8 +48,8 @@ from typing import Any
 
 from _results import RESULTS, Row, print_table, record, verdict  # bench/ is on sys.path
 
-from factory.rollouts import AGENT_TOOLS, AgentConfig, ForkConfig, RolloutForkRunner, ToolCallingAgent
 from factory.models import ChatModel, ModelOptions, create_model
+from factory.rollouts import AGENT_TOOLS, AgentConfig, ForkConfig, RolloutForkRunner, ToolCallingAgent
 from factory.sandbox import NoSandboxWarning, SandboxSpec, create_sandbox
 from factory.store import Store
 from factory.tasks import Task, load_tasks
