@@ -337,12 +337,12 @@ def verified(tmp_path):
 
 
 def test_branch_records_read_each_verifiers_latest_verdict(verified):
-    frame = verified.branch_records("r1")
+    frame = verified.branch_records("r1", opinions=["judge"])
     rows = frame.select("branch_index", "objective_pass", "objective_score", "judge_score", "hack").rows()
     # branch 2 ended in error: not an outcome of the policy, so not a record; counted apart instead
     assert rows == [(0, True, 1.0, 0.8, False), (1, False, 0.0, None, True)]
     assert frame["temperature"].to_list() == [0.5, 1.0]
-    assert verified.branch_records("nope").is_empty()
+    assert verified.branch_records("nope", opinions=["judge"]).is_empty()
     excluded = verified.excluded_branches("r1")
     assert excluded.select("status", "branches").rows() == [("error", 1)]
 
@@ -354,7 +354,8 @@ def test_an_errored_objective_verdict_makes_the_outcome_unknown_not_a_fail(tmp_p
     store.write_branches([branch_row(0), branch_row(1)])
     store.write_verdicts([verdict_row(0, "answer", "pass", 1.0), verdict_row(0, "tests", "error", 0.0),
                           verdict_row(1, "answer", "fail", 0.0)])
-    rows = store.branch_records("r1").select("branch_index", "objective_pass", "objective_score").rows()
+    frame = store.branch_records("r1", opinions=["judge"])
+    rows = frame.select("branch_index", "objective_pass", "objective_score").rows()
     assert rows == [(0, None, None), (1, False, 0.0)]
     store.close()
 
@@ -370,7 +371,7 @@ def test_latest_verdicts_take_the_newest_then_the_highest_version(verified):
 def test_task_summaries_count_branches_passes_hacks_and_cost(verified):
     verified.write_tasks([{"run_id": "r1", "task_id": "t2", "task_hash": "h", "prompt": "p", "spec": {}}])
     verified.write_branches([branch_row(0, task="t2", status="max_turns")])
-    summaries = verified.task_summaries("r1").to_dicts()
+    summaries = verified.task_summaries("r1", opinions=["judge"]).to_dicts()
     assert summaries == [
         {"task_id": "t1", "branches": 3, "ok": 2, "max_turns": 0, "errors": 1, "input_tokens": 31,
          "output_tokens": 12, "cost_usd": 0.25, "verified": 2, "passed": 1, "hacks": 1},
@@ -423,7 +424,7 @@ def test_export_branches_split_messages_and_join_verdicts_ranking_and_task(verif
                            "verifiers": ["answer"], "spec": {"id": "t1"}}])
     verified.write_branches([branch_row(3)])  # finished, never verified
     verified.write_rankings([ranking_row(0, 1)])
-    frame = verified.export_branches(["r1"])
+    frame = verified.export_branches(["r1"], opinions=["judge"])
     assert frame["branch_index"].to_list() == [0, 1, 3]  # branch 2 ended in error: not an outcome, never exported
     row = frame.row(0, named=True)
     assert [m["role"] for m in row["prompt_messages"]] == ["system", "user"]
@@ -437,7 +438,7 @@ def test_export_branches_split_messages_and_join_verdicts_ranking_and_task(verif
     other = frame.row(2, named=True)  # no events, verdicts or ranking of its own
     assert (other["mode"], other["objective_pass"], other["hack_detected"], other["verifier_versions"],
             other["rank"]) == ("single-turn", None, False, [], None)
-    assert verified.export_branches(["nope"]).is_empty()
+    assert verified.export_branches(["nope"], opinions=["judge"]).is_empty()
 
 
 def memory_row(memory_id: str, vector: list[float], *, embedder: str = "hash", at: int = 0) -> dict:
@@ -479,3 +480,13 @@ def test_memory_discards_are_counted_by_reason_and_cleared(tmp_path):
     with Store.open(path) as store:
         assert store.clear_memory_discards() == 3
         assert store.memory_discard_counts() == {}
+
+
+def test_which_verifiers_are_opinions_is_the_callers_word(verified):
+    """The store knows no verifier class: the opinions it leaves out of the objective outcome are a parameter."""
+    as_judge = verified.branch_records("r1", opinions=["judge"]).select("branch_index", "objective_pass").rows()
+    as_check = verified.branch_records("r1", opinions=[]).select("branch_index", "objective_pass").rows()
+    assert as_judge == [(0, True), (1, False)]
+    assert as_check == [(0, True), (1, False)]  # branch 0's judge verdict passes too, so nothing changes
+    answer_as_opinion = verified.branch_records("r1", opinions=["answer"]).select("objective_pass").to_series()
+    assert answer_as_opinion.to_list() == [True, None]  # branch 1 has no objective verdict left

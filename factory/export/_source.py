@@ -24,6 +24,7 @@ import polars as pl
 
 from factory.errors import ExportError
 from factory.store import Store
+from factory.verifiers import opinion_verifiers
 
 __all__ = ["ExportSource", "load_source"]
 
@@ -59,7 +60,7 @@ def load_source(store: Store, run_ids: Sequence[str], *, bootstrap_rounds: int =
     missing = [r for r in run_ids if r not in runs]
     if missing:
         raise ExportError(f"no run {', '.join(missing)} in {store.path} (see: factory runs)")
-    branches = store.export_branches(run_ids)
+    branches = store.export_branches(run_ids, opinions=opinion_verifiers())
     from factory.ranking import excluded_branches
 
     # Infrastructure failures are not in `branches` (not outcomes): counted here, for the manifest.

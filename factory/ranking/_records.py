@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from factory.store import Store
+from factory.verifiers import opinion_verifiers
 
 __all__ = ["BranchRecord", "PairwiseOutcome", "excluded_branches", "load_pairwise", "load_records"]
 
@@ -51,7 +52,7 @@ def load_records(store: Store, run_id: str) -> list[BranchRecord]:
     Infrastructure failures (``infra_error``) are not outcomes: they are left out here, so out of every
     ranking, power check and pass rate built on these records; :func:`excluded_branches` counts them.
     """
-    frame = store.branch_records(run_id)
+    frame = store.branch_records(run_id, opinions=opinion_verifiers())
     return [
         BranchRecord(
             task_id=row["task_id"], branch_index=int(row["branch_index"]), objective_pass=row["objective_pass"],

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from factory.store import Store
+from factory.verifiers import opinion_verifiers
 
 __all__ = ["fork_summary"]
 
@@ -16,7 +17,7 @@ def fork_summary(store: Store, run_id: str, elapsed_s: float | None = None) -> d
     verifier is ``pass``.
     """
     run = store.run(run_id) or {}
-    per_task = store.task_summaries(run_id).to_dicts()
+    per_task = store.task_summaries(run_id, opinions=opinion_verifiers()).to_dicts()
     totals = {key: sum(row[key] for row in per_task) for key in
               ("branches", "ok", "max_turns", "errors", "input_tokens", "output_tokens", "verified", "passed",
                "hacks")}

@@ -29,13 +29,18 @@ def verdict_summary_sql(run_filter: str) -> str:
 
     Args:
         run_filter: A SQL condition on the ``verdicts`` table selecting the runs (e.g. ``run_id = $run``).
+
+    ``$opinions`` (a parameter) lists the verifiers whose verdicts are opinions, not checks (those whose
+    ``objective`` attribute is false: the LLM judge): the store does not know verifier classes, so the
+    caller says which, from the one definition in :mod:`factory.verifiers`.
     """
     return f"""
         SELECT run_id, task_id, branch_index,
-               CASE WHEN bool_or(status = 'error') FILTER (WHERE verifier <> 'judge') THEN NULL
-                    ELSE bool_and(status = 'pass') FILTER (WHERE verifier <> 'judge') END AS objective_pass,
-               CASE WHEN bool_or(status = 'error') FILTER (WHERE verifier <> 'judge') THEN NULL
-                    ELSE avg(score) FILTER (WHERE verifier <> 'judge') END AS objective_score,
+               CASE WHEN bool_or(status = 'error') FILTER (WHERE NOT list_contains($opinions, verifier)) THEN NULL
+                    ELSE bool_and(status = 'pass') FILTER (WHERE NOT list_contains($opinions, verifier))
+               END AS objective_pass,
+               CASE WHEN bool_or(status = 'error') FILTER (WHERE NOT list_contains($opinions, verifier)) THEN NULL
+                    ELSE avg(score) FILTER (WHERE NOT list_contains($opinions, verifier)) END AS objective_score,
                max(score) FILTER (WHERE verifier = 'judge' AND status IN ('pass', 'fail')) AS judge_score,
                bool_or(coalesce(TRY_CAST(json_extract(details, '$.hack_detected') AS BOOLEAN), false))
                    AS hack_detected,
@@ -89,9 +94,9 @@ LATEST_VERDICTS = """
     ORDER BY task_id, branch_index, verifier
     """
 
-#: ?, ?: the run id twice; per task: branch counts by status, tokens, cost, objective passes and hacks.
+#: $run, $opinions: per task: branch counts by status, tokens, cost, objective passes and hacks.
 TASK_SUMMARIES = f"""
-    WITH per_branch AS ({verdict_summary_sql("run_id = ?")})
+    WITH per_branch AS ({verdict_summary_sql("run_id = $run")})
     SELECT b.task_id, count(*) AS branches,
            count_if(status = 'ok')::BIGINT AS ok,
            count_if(status = 'max_turns')::BIGINT AS max_turns,
@@ -104,7 +109,7 @@ TASK_SUMMARIES = f"""
            coalesce(count_if(v.objective_pass), 0)::BIGINT AS passed,
            coalesce(count_if(v.hack_detected), 0)::BIGINT AS hacks
     FROM branches b LEFT JOIN per_branch v USING (task_id, branch_index)
-    WHERE b.run_id = ? GROUP BY b.task_id ORDER BY b.task_id
+    WHERE b.run_id = $run GROUP BY b.task_id ORDER BY b.task_id
     """
 
 #: ?: a list of run ids; what an export's manifest records of each.

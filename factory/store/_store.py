@@ -510,7 +510,7 @@ class Store:
         """
         return self._read(queries.EXCLUDED_BRANCHES, [run_id])
 
-    def branch_records(self, run_id: str) -> pl.DataFrame:
+    def branch_records(self, run_id: str, *, opinions: Sequence[str]) -> pl.DataFrame:
         """Every branch of a run that is an outcome, with its verdict summary, as the ranker reads it.
 
         Infrastructure failures are left out (:meth:`excluded_branches` counts them).
@@ -520,8 +520,12 @@ class Store:
         each verifier's latest verdict (see
         :func:`~factory.store._queries.verdict_summary_sql`). Ordered by task
         and branch.
+        Args:
+            run_id: The run.
+            opinions: Verifiers whose verdicts are opinions, not checks (the caller's
+                :func:`factory.verifiers.opinion_verifiers`): left out of the objective outcome.
         """
-        return self._read(queries.BRANCH_RECORDS, {"run": run_id})
+        return self._read(queries.BRANCH_RECORDS, {"run": run_id, "opinions": list(opinions)})
 
     def pairwise_judgments(self, run_id: str) -> pl.DataFrame:
         """A run's pairwise judge samples, every status.
@@ -541,21 +545,25 @@ class Store:
         """
         return self._read(queries.LATEST_VERDICTS, [run_id])
 
-    def task_summaries(self, run_id: str) -> pl.DataFrame:
+    def task_summaries(self, run_id: str, *, opinions: Sequence[str]) -> pl.DataFrame:
         """One row per task of a run: its branches counted, and what they cost.
 
         Columns: ``task_id, branches, ok, max_turns, errors, input_tokens,
         output_tokens, cost_usd`` (null when no branch has a cost), ``verified``
         (branches with an objective verdict), ``passed`` (every latest
-        non-judge verdict passed) and ``hacks``. Ordered by task.
+        objective verdict passed) and ``hacks``. Ordered by task.
+        Args:
+            run_id: The run.
+            opinions: Verifiers whose verdicts are opinions, not checks (the caller's
+                :func:`factory.verifiers.opinion_verifiers`): left out of the objective outcome.
         """
-        return self._read(queries.TASK_SUMMARIES, [run_id, run_id])
+        return self._read(queries.TASK_SUMMARIES, {"run": run_id, "opinions": list(opinions)})
 
     def run_provenance(self, run_ids: Sequence[str]) -> pl.DataFrame:
         """``run_id, dataset_hash, config_hash, model, created_at`` of those of ``run_ids`` that are stored."""
         return self._read(queries.RUN_PROVENANCE, [list(run_ids)])
 
-    def export_branches(self, run_ids: Sequence[str]) -> pl.DataFrame:
+    def export_branches(self, run_ids: Sequence[str], *, opinions: Sequence[str]) -> pl.DataFrame:
         """Every branch of ``run_ids``, verified, ranked and with its conversation: what an export reads.
 
         One query joins each verifier's latest verdict per branch (see
@@ -567,8 +575,12 @@ class Store:
         ``completion_messages`` (the rest). ``mode`` is the branch's
         ``run_start`` event's mode (``single-turn`` when absent). Ordered by
         run, task and branch.
+        Args:
+            run_ids: The runs.
+            opinions: Verifiers whose verdicts are opinions, not checks (the caller's
+                :func:`factory.verifiers.opinion_verifiers`): left out of the objective outcome.
         """
-        return self._read(queries.EXPORT_BRANCHES, {"runs": list(run_ids)})
+        return self._read(queries.EXPORT_BRANCHES, {"runs": list(run_ids), "opinions": list(opinions)})
 
     # ---------------------------------------------------------------- memory
 

@@ -43,6 +43,7 @@ from factory.verifiers._pipeline import (
     VerificationPipeline,
     is_objective,
     objective_pass,
+    opinion_verifiers,
     verdict_events,
     verify_in_fresh_sandbox,
 )
@@ -82,6 +83,7 @@ __all__ = [
     "judge_spearman",
     "load_golden",
     "objective_pass",
+    "opinion_verifiers",
     "parse_junit_xml",
     "register_verifier",
     "run_golden",

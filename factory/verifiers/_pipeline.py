@@ -37,7 +37,8 @@ from factory.verifiers._base import (
     run_verifier,
 )
 
-__all__ = ["VerificationPipeline", "is_objective", "objective_pass", "verdict_events", "verify_in_fresh_sandbox"]
+__all__ = ["VerificationPipeline", "is_objective", "objective_pass", "opinion_verifiers", "verdict_events",
+           "verify_in_fresh_sandbox"]
 
 
 def is_objective(verifier: str) -> bool:
@@ -47,6 +48,15 @@ def is_objective(verifier: str) -> bool:
     without it) counts as objective, as every verifier but an opinion does.
     """
     return verifier not in VERIFIERS or bool(getattr(VERIFIERS.get(verifier), "objective", True))
+
+
+def opinion_verifiers() -> list[str]:
+    """The registered verifiers whose verdicts are opinions, not checks (``objective`` false: the LLM judge).
+
+    What the store's SQL leaves out of a branch's objective outcome, so that the class attribute stays
+    the one definition of "objective" in SQL too.
+    """
+    return [name for name in VERIFIERS.names() if not is_objective(name)]
 
 
 def objective_pass(verdicts: Sequence[Verdict]) -> bool | None:

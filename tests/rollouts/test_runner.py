@@ -74,7 +74,7 @@ def test_model_and_sandbox_errors_are_recorded_never_lost(tmp_path, replay_file,
     from factory.export import export
     from factory.memory import candidates_from_run
     from factory.ranking import RolloutRanker, excluded_branches, load_records
-    from factory.verifiers import VerificationPipeline
+    from factory.verifiers import VerificationPipeline, opinion_verifiers
 
     model = create_model(f"replay:{replay_file(ANSWERS)}")  # no entries for the factorial task: the provider fails
     with Store.open(tmp_path / "run.duckdb") as store:
@@ -93,7 +93,8 @@ def test_model_and_sandbox_errors_are_recorded_never_lost(tmp_path, replay_file,
         assert excluded_branches(store, "r1")["infra_failures"] == 2
         infra = [c for c in candidates_from_run(store, "r1") if c.task_id == "fix-factorial"]
         assert infra and all(c.infra_error and c.objective_score is None for c in infra)
-        assert store.task_summaries("r1").filter(pl.col("task_id") == "fix-factorial").select(
+        summaries = store.task_summaries("r1", opinions=opinion_verifiers())
+        assert summaries.filter(pl.col("task_id") == "fix-factorial").select(
             "errors", "verified", "passed").row(0) == (2, 0, 0)
         exported = export(store, "kto", ["r1"], tmp_path / "kto.jsonl")  # not one undesirable row from them
         assert {json.loads(line)["task_id"] for line in (tmp_path / "kto.jsonl").read_text().splitlines()} == {"add"}
