@@ -36,7 +36,7 @@ from factory.sandbox._host import HostWorkspace, host_file_call, processes_of, r
 from factory.sandbox._none import NoSandbox, NoSandboxWarning
 from factory.sandbox._scratch import sandbox_folder, sandbox_owner, sandbox_root, sweep_sandbox_folders
 from factory.sandbox._summarize import summarize_tool_output
-from factory.sandbox._workspace import snapshot_of, workspace_spec
+from factory.sandbox._workspace import files_spec, snapshot_of, workspace_spec
 
 __all__ = [
     "CHECKS",
@@ -70,6 +70,7 @@ __all__ = [
     "sandbox_owner",
     "sandbox_root",
     "self_check",
+    "files_spec",
     "snapshot_of",
     "summarize_tool_output",
     "sweep_sandbox_folders",

@@ -13,7 +13,7 @@ from factory.sandbox._base import SandboxLimits, SandboxSpec, WorkspaceFiles
 from factory.store import WorkspaceSnapshot
 from factory.tasks import Task
 
-__all__ = ["snapshot_of", "workspace_spec"]
+__all__ = ["files_spec", "snapshot_of", "workspace_spec"]
 
 _MAX_FILE_BYTES = 256_000
 _MAX_TOTAL_BYTES = 2_000_000
@@ -47,6 +47,16 @@ def snapshot_of(collected: WorkspaceFiles, task: Task) -> WorkspaceSnapshot:
     present = set(collected.files) | set(collected.oversized) | set(collected.symlinks) | set(collected.special)
     return WorkspaceSnapshot(files=changed, deleted=sorted(set(originals) - present), skipped=sorted(skipped),
                              symlinks=dict(collected.symlinks), special=dict(collected.special))
+
+
+def files_spec(task: Task, files: Mapping[str, str | bytes], limits: SandboxLimits | None = None) -> SandboxSpec:
+    """A sandbox spec holding a branch's whole final workspace with every test, hidden ones too, restored read-only.
+
+    What the branch did to a test file is not carried over: the tests run as the task wrote them (the
+    tamper scan reads ``files`` itself).
+    """
+    return SandboxSpec(files={p: c for p, c in files.items() if p not in task.all_tests},
+                       readonly_files=task.all_tests, limits=limits or SandboxLimits())
 
 
 def workspace_spec(task: Task, workspace: WorkspaceSnapshot | Mapping[str, Any] | None,

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from factory.sandbox import Sandbox, SandboxLimits, SandboxSpec, create_sandbox, workspace_spec
+from factory.sandbox import Sandbox, SandboxLimits, create_sandbox, files_spec, workspace_spec
 from factory.store import (
     BranchEvent,
     JudgeCallEvent,
@@ -208,11 +208,7 @@ async def verify_in_fresh_sandbox(
     """
     if replay is None and not pipeline.needs_sandbox(task, have_files=files is not None):
         return await pipeline.verify(task, output, None, files)
-    if files is None:
-        spec = workspace_spec(task, workspace, limits)
-    else:
-        spec = SandboxSpec(files={p: c for p, c in files.items() if p not in task.all_tests},
-                           readonly_files=task.all_tests, limits=limits or SandboxLimits())
+    spec = workspace_spec(task, workspace, limits) if files is None else files_spec(task, files, limits)
     async with create_sandbox(sandbox_name, spec) as sandbox:
         if replay is not None:
             output = await replay(sandbox) or output

@@ -72,11 +72,11 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from factory.errors import SandboxError
-from factory.sandbox import Sandbox, SandboxLimits, SandboxSpec, create_sandbox
+from factory.sandbox import Sandbox, SandboxLimits, SandboxSpec, create_sandbox, files_spec
 from factory.tasks import Task
 from factory.verifiers._base import Verdict, VerifyContext, register_verifier
 from factory.verifiers._isolation import run_isolated, solution_files
-from factory.verifiers._monitor import MonitorConfig, scan_solution
+from factory.verifiers._monitor import MonitorConfig, _text, scan_solution
 from factory.verifiers._pytest_guard import GUARD_SOURCE, GUARD_VERSION
 
 __all__ = ["PytestReport", "TestsVerifier", "parse_junit_xml", "scan_workspace"]
@@ -138,10 +138,6 @@ def parse_junit_xml(text: str) -> PytestReport:
 
 def _sha(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def _text(content: str | bytes) -> str:
-    return content if isinstance(content, str) else content.decode("utf-8", errors="replace")
 
 
 async def scan_workspace(sandbox: Sandbox, task: Task) -> list[dict[str, Any]]:
@@ -374,8 +370,7 @@ class TestsVerifier:
         if args is not None and task.test_isolation == "process":
             return await self._isolated(task, workspace, args, findings)
         # Hidden tests join the workspace only now, read-only, in a sandbox of their own.
-        spec = SandboxSpec(files={p: c for p, c in workspace.items() if p not in task.all_tests},
-                           readonly_files=task.all_tests, limits=self.limits)
+        spec = files_spec(task, workspace, self.limits)
         async with create_sandbox(self.reference_sandbox or "bwrap", spec) as fresh:
             if args is None:
                 result = await fresh.exec(command, timeout=self.timeout_s)
