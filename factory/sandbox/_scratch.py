@@ -33,7 +33,7 @@ from pathlib import Path
 
 from factory.errors import SandboxError
 
-__all__ = ["sandbox_folder", "sandbox_owner", "sandbox_root", "sweep_sandbox_folders"]
+__all__ = ["folder_in_use", "sandbox_folder", "sandbox_owner", "sandbox_root", "sweep_sandbox_folders"]
 
 _ROOT_NAME = "factory-sandboxes"
 _ADHOC = "adhoc"
@@ -171,6 +171,20 @@ def _remove(path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
     else:
         path.unlink(missing_ok=True)
+
+
+def folder_in_use(path: str | Path) -> bool:
+    """Whether a live process still holds the sandbox folder ``path`` (False once it is gone or unlocked).
+
+    What lives outside the host's filesystem (a docker container, say) names
+    its folder, so that it can be told from what a dead process left behind.
+    """
+    folder = Path(path)
+    fd = _lock(folder, wait=False)
+    if fd is None:
+        return folder.is_dir()  # locked by its (live) owner, this process included; or gone
+    os.close(fd)
+    return False
 
 
 def sweep_sandbox_folders() -> list[Path]:

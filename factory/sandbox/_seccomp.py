@@ -1,4 +1,4 @@
-"""A seccomp filter for the bwrap sandbox, compiled to classic BPF in pure Python.
+"""The sandboxes' seccomp filter: classic BPF for bwrap, a profile for docker.
 
 ``bwrap --seccomp FD`` loads a ready-made program (an array of ``struct
 sock_filter``); building it here needs neither libseccomp nor its Python
@@ -19,17 +19,22 @@ bindings. The program:
    ``ENOSYS`` (its flags live in memory a filter cannot read; libc then falls
    back to ``clone``, which is checked), so no user namespace is ever made;
 5. allows everything else.
+
+:func:`docker_seccomp_profile` states the same rules as a Docker seccomp
+profile (``--security-opt seccomp=...``): the engine compiles it with
+libseccomp, which also refuses every ABI but the native one.
 """
 
 from __future__ import annotations
 
 import errno
+import json
 import platform
 import struct
 
 from factory.errors import SandboxUnavailableError
 
-__all__ = ["BLOCKED_SYSCALLS", "seccomp_program", "syscall_numbers"]
+__all__ = ["BLOCKED_SYSCALLS", "docker_seccomp_profile", "seccomp_program", "syscall_numbers"]
 
 # Classic BPF opcodes (linux/filter.h) and seccomp return values (linux/seccomp.h).
 _LD_W_ABS = 0x20  # BPF_LD | BPF_W | BPF_ABS
@@ -133,3 +138,29 @@ def seccomp_program(machine: str | None = None) -> bytes:
         program.append(_insn({"jeq": _JEQ_K, "jge": _JGE_K, "jset": _JSET_K}[op], k, jt, jf))
     program += [_insn(_RET_K, value) for value in endings.values()]
     return b"".join(program)
+
+
+def docker_seccomp_profile(machine: str | None = None) -> str:
+    """The filter's rules as a Docker seccomp profile (JSON), for ``machine`` (default: this one's).
+
+    Calls are named, not numbered (the engine resolves them); ``clone`` is
+    refused when any namespace flag is set, one rule per flag, since a profile
+    compares masked values for equality only.
+
+    Raises:
+        SandboxUnavailableError: For an architecture the filter does not know.
+    """
+    machine = (machine or platform.machine()).lower()
+    machine = _MACHINES.get(machine, machine)
+    if machine not in _TABLES:
+        raise SandboxUnavailableError(f"the sandboxes' syscall filter knows x86_64 and aarch64, not {machine}")
+    names = sorted(name for name in BLOCKED_SYSCALLS if name in _TABLES[machine][1])
+    rules: list[dict[str, object]] = [{"names": names, "action": "SCMP_ACT_ERRNO", "errnoRet": errno.EPERM}]
+    rules.append({"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": errno.ENOSYS})
+    for bit in range(32):
+        flag = 1 << bit
+        if _CLONE_NAMESPACES & flag:
+            rules.append({"names": ["clone"], "action": "SCMP_ACT_ERRNO", "errnoRet": errno.EPERM,
+                          "args": [{"index": 0, "value": flag, "valueTwo": flag, "op": "SCMP_CMP_MASKED_EQ"}]})
+    architecture = {"x86_64": "SCMP_ARCH_X86_64", "aarch64": "SCMP_ARCH_AARCH64"}[machine]
+    return json.dumps({"defaultAction": "SCMP_ACT_ALLOW", "architectures": [architecture], "syscalls": rules})
