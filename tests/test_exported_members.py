@@ -46,6 +46,8 @@ PRIVATE_IMPORTS_IN_TESTS = {
     "tests/verifiers/test_wire.py": "checks the import boundary's wire encoding, internal to the isolated tests run",
     "tests/test_errors.py": "drives the CLI's lazy group (internal) with commands of its own to check how it maps "
                             "the error tree to exit codes",
+    "tests/sandbox/test_image.py": "checks the image builder's dpkg closure, merged-/usr path rules and rootfs "
+                                   "plan (internal) without building an image",
     "tests/verifiers/test_judge.py": "checks the judge's prompt version, budget and JSON parsing, internal to "
                                      "the verifiers package",
 }

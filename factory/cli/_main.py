@@ -21,6 +21,7 @@ COMMANDS = {
     "query": "factory.cli._query:query",
     "rank": "factory.cli._rank:rank",
     "runs": "factory.cli._query:runs",
+    "sandbox": "factory.cli._sandbox:sandbox",
     "train": "factory.cli._train:train",
 }
 
