@@ -8,7 +8,7 @@ EXTRAS ?= dev,local,openai,anthropic,docker,plot,memory,memory-ann,train
 # Building llama-cpp-python takes minutes on 2 cores; the LLaVA part is not needed.
 export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
 
-.PHONY: setup system-deps demo test coverage bench lint clean
+.PHONY: setup system-deps docker-engine docker-image demo test coverage bench lint clean
 
 setup: system-deps $(VENV)/.installed
 
@@ -17,6 +17,14 @@ system-deps:
 	  echo "installing bubblewrap (the default sandbox)"; \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq bubblewrap; }
+
+## Make a Docker engine answer for the docker sandbox (as root: installs docker.io and starts dockerd if needed).
+docker-engine:
+	PY=$(PY) sh scripts/docker-engine.sh
+
+## Build the docker sandbox's default image on that engine (from this repository's files).
+docker-image: setup docker-engine
+	$(VENV)/bin/factory sandbox build-image
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)

@@ -124,7 +124,35 @@ class Rules(BaseModel):
 
 
 #: Fields added after the first task schema, with the defaults a task hash leaves out.
-_LATER_FIELD_DEFAULTS: dict[str, Any] = {"hidden_tests": {}, "test_isolation": "process"}
+_LATER_FIELD_DEFAULTS: dict[str, Any] = {"hidden_tests": {}, "test_isolation": "process", "image": None}
+
+# A Docker image reference, as the engine parses one (distribution's reference
+# grammar): [registry[:port]/]path[:tag][@digest], path components lowercase.
+_IMAGE_DOMAIN_PART = r"(?:[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9-]*[A-Za-z0-9])"
+_IMAGE_PATH_PART = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE_DOMAIN = rf"{_IMAGE_DOMAIN_PART}(?:\.{_IMAGE_DOMAIN_PART})*(?::[0-9]+)?"
+_IMAGE_NAME = rf"(?:{_IMAGE_DOMAIN}/)?{_IMAGE_PATH_PART}(?:/{_IMAGE_PATH_PART})*"
+_IMAGE_TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
+_IMAGE_DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
+_IMAGE_REFERENCE = re.compile(rf"(?P<name>{_IMAGE_NAME})(?::{_IMAGE_TAG})?(?:@{_IMAGE_DIGEST})?")
+_IMAGE_NAME_MAX = 255
+
+
+def _check_image(value: str) -> str:
+    """Return ``value`` if it is a Docker image reference, else raise ValueError saying why."""
+    if not value.strip():
+        raise ValueError("must not be empty")
+    if any(ch.isspace() for ch in value):
+        raise ValueError(f"invalid image reference {value!r}: it must not contain whitespace")
+    match = _IMAGE_REFERENCE.fullmatch(value)
+    if match is None:
+        hint = " (repository path components are lowercase)" if value != value.lower() else ""
+        raise ValueError(f"invalid image reference {value!r}: expected repository[:tag][@digest], "
+                         f"e.g. 'python:3.12-slim'{hint}")
+    if len(match["name"]) > _IMAGE_NAME_MAX:
+        raise ValueError(f"invalid image reference {value[:40]!r}...: the repository name is "
+                         f"{len(match['name'])} characters long; at most {_IMAGE_NAME_MAX}")
+    return value
 
 
 class Task(BaseModel):
@@ -145,6 +173,11 @@ class Task(BaseModel):
             of pytest and the solution in one process, for tests that need to
             pass callables or objects to the solution, run it as a program, or
             read files it wrote; its verdicts say ``isolation: in-process``.
+        image: Container image the task's sandboxes start from, for container
+            sandbox backends (``docker``), as a Docker image reference
+            ``repository[:tag][@digest]`` (e.g. ``python:3.12-slim``); ``None``
+            (default) takes the backend's own default image. Backends that are
+            not containers ignore it.
         test_command: Command that runs the tests (default ``python -m pytest -q``).
         answer: Expected final answer; selects the strict ``answer`` verifier.
         rubric: Grading rubric; selects the LLM ``judge``.
@@ -162,6 +195,7 @@ class Task(BaseModel):
     tests: dict[str, str] = Field(default_factory=dict)
     hidden_tests: dict[str, str] = Field(default_factory=dict)
     test_isolation: Literal["process", "in-process"] = "process"
+    image: str | None = None
     test_command: str | None = None
     answer: str | None = None
     rubric: str | None = None
@@ -185,6 +219,11 @@ class Task(BaseModel):
         if value is not None and not value.strip():
             raise ValueError("must not be empty")
         return value
+
+    @field_validator("image")
+    @classmethod
+    def _image_reference(cls, value: str | None) -> str | None:
+        return None if value is None else _check_image(value)
 
     @field_validator("answer", mode="before")
     @classmethod

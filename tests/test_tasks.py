@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from factory.errors import TaskFileError
-from factory.tasks import DEFAULT_TEST_COMMAND, load_tasks
+from factory.tasks import DEFAULT_TEST_COMMAND, Task, load_tasks
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -85,6 +85,17 @@ def test_integer_answer_is_normalized_to_text(write_jsonl):
         ({"id": "x", "prompt": "p", "files": {"a//b.py": "1", "a/b.py": "2"}},
          ":1: field 'files': file paths 'a//b.py' and 'a/b.py' name the same file"),
         ('{"id": "x", "prompt": "p", "prompt": "q"}', ":1: invalid JSON: duplicate key 'prompt'"),
+        # image: a Docker image reference
+        ({"id": "x", "prompt": "p", "image": "Python:3.12"},
+         ":1: field 'image': invalid image reference 'Python:3.12': expected repository[:tag][@digest], "
+         "e.g. 'python:3.12-slim' (repository path components are lowercase)"),
+        ({"id": "x", "prompt": "p", "image": "python 3.12"},
+         ":1: field 'image': invalid image reference 'python 3.12': it must not contain whitespace"),
+        ({"id": "x", "prompt": "p", "image": "python:"}, ":1: field 'image': invalid image reference 'python:'"),
+        ({"id": "x", "prompt": "p", "image": "python@sha256:abc"},
+         ":1: field 'image': invalid image reference 'python@sha256:abc'"),
+        ({"id": "x", "prompt": "p", "image": ""}, ":1: field 'image': must not be empty"),
+        ({"id": "x", "prompt": "p", "image": 3}, ":1: field 'image': expected a string, got integer"),
     ],
 )
 def test_malformed_jsonl_line_is_reported_with_file_line_field(write_jsonl, line, expected):
@@ -173,3 +184,32 @@ def test_names_and_paths_at_the_file_system_limits_are_accepted(write_jsonl):
     tasks = load_tasks(write_jsonl([{"id": "x", "prompt": "p", "files": {longest_name: "", longest_path: ""},
                                      "tests": {"x/y/test_z.py": ""}}]))
     assert set(tasks["x"].files) == {longest_name, longest_path}
+
+
+@pytest.mark.parametrize("image", [
+    "python",
+    "python:3.12-slim",
+    "factory-sandbox:py3.11",
+    "library/python:3.12",
+    "localhost:5000/team/sandbox:v1",
+    "ghcr.io/org_name/a__b/c---d:latest",
+    "python@sha256:" + "0123456789abcdef" * 4,
+    "registry.example/python:3.12@sha256:" + "a" * 64,
+])
+def test_docker_image_references_are_accepted(write_jsonl, image):
+    tasks = load_tasks(write_jsonl([{"id": "x", "prompt": "p", "image": image}]))
+    assert tasks["x"].image == image
+
+
+# The hash of this task before ``image`` existed (and of the examples): a task that does not set a field
+# added later keeps its hash, so runs stored before it still resume.
+OLD_TASK_HASH = "sha256:d5ccd08558b9e8648b945367dab22f0ef944c2e09dcc0ad710434cee241cbebc"
+
+
+def test_a_task_without_an_image_hashes_as_before():
+    task = Task(id="fix-add", prompt="Fix add.", files={"add.py": "def add(a, b):\n    return a - b\n"},
+                tests={"test_add.py": "from add import add\n\ndef test_add():\n    assert add(2, 3) == 5\n"})
+    assert task.image is None and "image" not in task.canonical()
+    assert task.task_hash() == OLD_TASK_HASH
+    with_image = task.model_copy(update={"image": "python:3.12-slim"})
+    assert with_image.canonical()["image"] == "python:3.12-slim" and with_image.task_hash() != OLD_TASK_HASH

@@ -367,7 +367,7 @@ class RolloutForkRunner:
         session_id = f"{rollout_id}-b{index}-{uuid.uuid4().hex[:12]}"
         started = utc_now()
         # Hidden tests are never in the agent's sandbox; they join only at verification.
-        spec = SandboxSpec(files=task.files, readonly_files=task.tests, limits=self.config.limits)
+        spec = SandboxSpec(files=task.files, readonly_files=task.tests, limits=self.config.limits, image=task.image)
         workspace: WorkspaceSnapshot | None = None
         collected: WorkspaceFiles | None = None
         verdicts: list[Any] = []

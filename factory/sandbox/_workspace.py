@@ -52,16 +52,17 @@ def snapshot_of(collected: WorkspaceFiles, task: Task) -> WorkspaceSnapshot:
 def files_spec(task: Task, files: Mapping[str, str | bytes], limits: SandboxLimits | None = None) -> SandboxSpec:
     """A sandbox spec holding a branch's whole final workspace with every test, hidden ones too, restored read-only.
 
+    The spec starts from the task's image (:attr:`Task.image`), as every sandbox built for a task does.
     What the branch did to a test file is not carried over: the tests run as the task wrote them (the
     tamper scan reads ``files`` itself).
     """
     return SandboxSpec(files={p: c for p, c in files.items() if p not in task.all_tests},
-                       readonly_files=task.all_tests, limits=limits or SandboxLimits())
+                       readonly_files=task.all_tests, limits=limits or SandboxLimits(), image=task.image)
 
 
 def workspace_spec(task: Task, workspace: WorkspaceSnapshot | Mapping[str, Any] | None,
                    limits: SandboxLimits | None = None) -> SandboxSpec:
-    """A sandbox spec holding the task's files with ``workspace`` (a snapshot) applied.
+    """A sandbox spec holding the task's files with ``workspace`` (a snapshot) applied, on the task's image.
 
     Test files keep their read-only mount; a changed or deleted test file is
     reproduced as changed or deleted, so tamper checks see what the branch did.
@@ -83,4 +84,4 @@ def workspace_spec(task: Task, workspace: WorkspaceSnapshot | Mapping[str, Any] 
     files = {p: t for p, t in task.files.items() if p not in deleted}
     files.update({p: t for p, t in changes.items() if p not in task.tests})
     tests = {p: changes.get(p, t) for p, t in task.tests.items() if p not in deleted}
-    return SandboxSpec(files=files, readonly_files=tests, limits=limits or SandboxLimits())
+    return SandboxSpec(files=files, readonly_files=tests, limits=limits or SandboxLimits(), image=task.image)

@@ -165,8 +165,10 @@ async def run_isolated(task: Task, solution: Mapping[str, str | bytes], args: li
     os.chmod(shared, 0o1777)  # each sandbox may run as its own uid; sticky: neither removes the other's files
     nonce = secrets.token_hex(16)
     try:
-        solution_spec = SandboxSpec(files=dict(solution), limits=limits, shared_dir=shared)
-        trusted_spec = SandboxSpec(files=data, readonly_files=tests, limits=limits, shared_dir=shared)
+        # Both sides start from the task's image: the solution runs where the agent wrote it.
+        solution_spec = SandboxSpec(files=dict(solution), limits=limits, shared_dir=shared, image=task.image)
+        trusted_spec = SandboxSpec(files=data, readonly_files=tests, limits=limits, shared_dir=shared,
+                                   image=task.image)
         async with create_sandbox(sandbox, solution_spec) as solution_box, \
                 create_sandbox(sandbox, trusted_spec) as trusted_box:
             # Paths relative to the workspace, where every backend starts a command.

@@ -324,7 +324,7 @@ class TestsVerifier:
         return await self._references[key]
 
     async def _run_reference(self, task: Task, args: list[str]) -> PytestReport | None:
-        spec = SandboxSpec(files=task.files, readonly_files=task.all_tests, limits=self.limits)
+        spec = SandboxSpec(files=task.files, readonly_files=task.all_tests, limits=self.limits, image=task.image)
         try:
             async with create_sandbox(self.reference_sandbox, spec) as sandbox:
                 payload = await self._guarded_run(sandbox, task, args)
