@@ -3,7 +3,9 @@
 Backends register by name (``--sandbox``) in :data:`SANDBOXES`: ``bwrap``
 (default on Linux), ``docker`` and ``none``. :func:`default_sandbox_name` picks
 the default. :func:`self_check` runs the conformance suite every backend must
-pass, a user's own included.
+pass, a user's own included. :func:`build_image` builds the docker backend's
+default image (:func:`default_image_tag`) from this host, offline, and returns
+an :class:`ImageBuild`.
 """
 
 import sys
@@ -31,8 +33,9 @@ from factory.sandbox._conformance import (
     expect,
     self_check,
 )
-from factory.sandbox._docker import docker_available
+from factory.sandbox._docker import DockerSandbox, docker_available, docker_image_status, sweep_docker_containers
 from factory.sandbox._host import HostWorkspace, host_file_call, processes_of, run_limited, sandbox_environment
+from factory.sandbox._image import ImageBuild, build_image, default_image_tag
 from factory.sandbox._none import NoSandbox, NoSandboxWarning
 from factory.sandbox._scratch import sandbox_folder, sandbox_owner, sandbox_root, sweep_sandbox_folders
 from factory.sandbox._summarize import summarize_tool_output
@@ -44,10 +47,12 @@ __all__ = [
     "SANDBOXES",
     "BwrapSandbox",
     "CheckResult",
+    "DockerSandbox",
     "ConformanceCheck",
     "ExecResult",
     "Guarantee",
     "HostWorkspace",
+    "ImageBuild",
     "NoSandbox",
     "NoSandboxWarning",
     "Sandbox",
@@ -55,10 +60,13 @@ __all__ = [
     "SandboxLimits",
     "SandboxSpec",
     "WorkspaceFiles",
+    "build_image",
     "conformance_check",
     "create_sandbox",
+    "default_image_tag",
     "default_sandbox_name",
     "docker_available",
+    "docker_image_status",
     "expect",
     "host_file_call",
     "processes_of",
@@ -73,6 +81,7 @@ __all__ = [
     "files_spec",
     "snapshot_of",
     "summarize_tool_output",
+    "sweep_docker_containers",
     "sweep_sandbox_folders",
     "workspace_spec",
 ]

@@ -1,9 +1,10 @@
 """Escapes a policy under optimisation pressure tries, beyond the conformance suite, and the APIs they shaped.
 
 The conformance suite (``factory/sandbox/_conformance.py``) holds every
-backend to the holes it closes; these tests pin what is specific to bwrap and
-none: the shared directory, binary files, how the workspace is collected,
-the syscall filter's program, the quota's namespace holder.
+backend to the holes it closes; these tests pin what is specific to bwrap,
+docker and none: the shared directory, binary files, how the workspace is
+collected, the syscall filter's program, the quota's namespace holder. The
+docker cases skip, with the reason, where no engine or image is at hand.
 """
 
 from __future__ import annotations
@@ -29,12 +30,25 @@ from factory.sandbox import (
     SandboxSpec,
     WorkspaceFiles,
     create_sandbox,
+    docker_available,
+    docker_image_status,
     host_file_call,
 )
 from factory.sandbox._seccomp import BLOCKED_SYSCALLS, seccomp_program
 
 LIMITS = SandboxLimits(timeout_s=20, memory_mb=512, max_processes=48, max_output_bytes=200_000)
-BACKENDS = ["bwrap", "none"]
+
+def _docker_missing() -> str | None:
+    engine, why = docker_available()
+    if not engine:
+        return why
+    image, why = docker_image_status()
+    return None if image else why
+
+
+DOCKER_MISSING = _docker_missing()
+BACKENDS = ["bwrap", "none", pytest.param("docker", marks=pytest.mark.skipif(
+    DOCKER_MISSING is not None, reason=f"docker: {DOCKER_MISSING}"))]
 
 
 def run(coro):

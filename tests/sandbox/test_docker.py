@@ -1,0 +1,235 @@
+"""What is specific to the docker backend, on a real engine: the container's lifetime and what the agent can do to it.
+
+The conformance suite (every guarantee, bwrap's included) and the escape tests
+run on docker elsewhere; these pin the rest: a container never outlives its
+process (closed, crashed or ``kill -9``'d), the agent cannot end its own
+container, two containers talk through the shared folder, and a missing image
+is a clean error that says how to build one. They skip, with the reason, where
+no engine or no image is at hand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+
+from factory.errors import SandboxUnavailableError
+from factory.sandbox import (
+    CONFORMANCE_SPEC,
+    DockerSandbox,
+    SandboxLimits,
+    SandboxSpec,
+    create_sandbox,
+    default_image_tag,
+    docker_available,
+    docker_image_status,
+    sandbox_folder,
+    sweep_docker_containers,
+)
+
+
+def _missing() -> str | None:
+    engine, why = docker_available()
+    if not engine:
+        return why
+    image, why = docker_image_status()
+    return None if image else why
+
+
+MISSING = _missing()
+pytestmark = pytest.mark.skipif(MISSING is not None, reason=f"docker: {MISSING}")
+LIMITS = SandboxLimits(timeout_s=20, memory_mb=512, max_processes=48, max_output_bytes=200_000)
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def containers(**labels: str) -> list:
+    import docker
+
+    filters = ["factory.sandbox=1"] + [f"factory.sandbox.{k}={v}" for k, v in labels.items()]
+    return docker.from_env().containers.list(all=True, filters={"label": filters})
+
+
+def test_a_closed_sandbox_leaves_no_container():
+    folder = str(sandbox_folder())
+    before = {c.id for c in containers(folder=folder)}
+
+    async def body():
+        async with create_sandbox("docker", CONFORMANCE_SPEC) as sb:
+            assert (await sb.exec("echo up")).stdout == "up\n"
+            return {c.id for c in containers(folder=folder)} - before
+
+    started = run(body())
+    assert len(started) == 1
+    assert not started & {c.id for c in containers(folder=folder)}
+
+
+CHILD = """
+import asyncio, sys
+from factory.sandbox import create_sandbox, CONFORMANCE_SPEC
+
+async def main():
+    sandbox = create_sandbox("docker", CONFORMANCE_SPEC)
+    await sandbox.start()
+    print("ready", flush=True)
+    await asyncio.sleep(600)
+
+asyncio.run(main())
+"""
+
+
+def test_a_killed_process_leaves_no_container():
+    """kill -9 runs no cleanup: PID 1's stdin closes with the process's connection, and the engine removes it."""
+    child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        mine = [c for c in containers(host=socket.gethostname())
+                if c.labels.get("factory.sandbox.folder", "").endswith(f"-{child.pid}")]
+        assert len(mine) == 1
+        child.send_signal(signal.SIGKILL)
+        child.wait(10)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(c.id == mine[0].id for c in containers()):
+            time.sleep(0.5)
+        assert not any(c.id == mine[0].id for c in containers()), "the container outlived its process"
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_sweep_removes_containers_of_gone_processes_and_keeps_live_ones():
+    import docker
+
+    client = docker.from_env()
+    host = socket.gethostname()
+    dead = client.containers.create(default_image_tag(), ["sleep", "300"], network_mode="none", labels={
+        "factory.sandbox": "1", "factory.sandbox.host": host, "factory.sandbox.folder": "/nonexistent/run-1"})
+    live = client.containers.create(default_image_tag(), ["sleep", "300"], network_mode="none", labels={
+        "factory.sandbox": "1", "factory.sandbox.host": host, "factory.sandbox.folder": str(sandbox_folder())})
+    try:
+        removed = sweep_docker_containers()
+        assert dead.id in removed and live.id not in removed
+        ids = {c.id for c in containers()}
+        assert dead.id not in ids and live.id in ids
+    finally:
+        for container in (dead, live):
+            try:
+                container.remove(force=True)
+            except docker.errors.NotFound:
+                pass
+
+
+def test_the_agent_cannot_end_its_own_container():
+    """Killing every process it can, PID 1 included, leaves the sandbox working: no infra error to hide behind."""
+    async def body():
+        async with create_sandbox("docker", CONFORMANCE_SPEC) as sb:
+            attack = await sb.exec("kill -9 1; kill -9 -1; echo survived")
+            again = await sb.exec("echo alive && id -u")
+            return attack, again
+
+    attack, again = run(body())
+    assert again.stdout == "alive\n65534\n", again.describe()
+
+
+def test_agent_processes_do_not_outlive_a_command():
+    async def body():
+        async with create_sandbox("docker", CONFORMANCE_SPEC) as sb:
+            await sb.exec("nohup sh -c 'sleep 2; echo late > late.txt' >/dev/null 2>&1 &")
+            await asyncio.sleep(3)
+            return await sb.list_files()
+
+    assert "late.txt" not in run(body())
+
+
+SERVER = """
+import os, socket
+path = '/shared/echo.sock'
+server = socket.socket(socket.AF_UNIX)
+server.bind(path)
+os.chmod(path, 0o777)
+server.listen(1)
+conn, _ = server.accept()
+conn.sendall(b'echo: ' + conn.recv(100))
+conn.close()
+"""
+CLIENT = """
+import socket, time
+for _ in range(200):
+    try:
+        client = socket.socket(socket.AF_UNIX)
+        client.connect('/shared/echo.sock')
+        break
+    except OSError:
+        time.sleep(0.05)
+client.sendall(b'hello across containers')
+print(client.recv(100).decode())
+"""
+
+
+def test_two_docker_sandboxes_talk_through_a_unix_socket_in_the_shared_dir(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    spec = SandboxSpec(limits=LIMITS, shared_dir=str(shared))
+
+    async def body():
+        async with create_sandbox("docker", spec) as server, create_sandbox("docker", spec) as client:
+            assert server.shared_path == client.shared_path == "/shared"
+            return await asyncio.gather(server.exec(["python", "-c", SERVER], timeout=15),
+                                        client.exec(["python", "-c", CLIENT], timeout=15))
+
+    served, answered = run(body())
+    assert served.ok, served.describe()
+    assert answered.stdout == "echo: hello across containers\n", answered.describe()
+    assert stat.S_ISSOCK((shared / "echo.sock").lstat().st_mode)
+
+
+def test_a_missing_image_is_a_clean_error_that_says_how_to_build_one():
+    missing = "factory-no-such-image:never"
+    present, why = docker_image_status(missing)
+    assert not present and "factory sandbox build-image" in why
+    folder = str(sandbox_folder())
+    before = {c.id for c in containers(folder=folder)}
+    with pytest.raises(SandboxUnavailableError, match="not present: build it offline"):
+        run(DockerSandbox(SandboxSpec(image=missing)).start())
+    assert {c.id for c in containers(folder=folder)} == before
+
+
+def test_tests_are_root_owned_in_sticky_folders_and_the_rest_is_the_agents():
+    spec = SandboxSpec(files={"src/app.py": "x = 1\n"}, readonly_files={"tests/test_app.py": "def test(): pass\n"},
+                       limits=LIMITS)
+
+    async def body():
+        async with create_sandbox("docker", spec) as sb:
+            listing = await sb.exec("stat -c '%U %a %n' . tests tests/test_app.py src src/app.py")
+            attempts = await sb.exec("mv tests t2; mv tests/test_app.py x.py; touch tests/conftest.py && echo added")
+            return listing.stdout.splitlines(), attempts.stdout, await sb.read_file("tests/test_app.py")
+
+    listing, attempts, test = run(body())
+    assert listing == ["root 1777 .", "root 1777 tests", "root 444 tests/test_app.py", "nobody 755 src",
+                       "nobody 644 src/app.py"]
+    assert attempts == "added\n"  # the agent may add files beside the tests, never move them
+    assert test == "def test(): pass\n"
+
+
+def test_the_container_has_no_host_file_and_no_capability():
+    async def body():
+        async with create_sandbox("docker", CONFORMANCE_SPEC) as sb:
+            return await sb.exec("grep -E '^Cap(Eff|Prm|Inh|Amb)' /proc/self/status; grep NoNewPrivs /proc/self/status;"
+                                 f" test -e {os.getcwd()} && echo host-visible")
+
+    result = run(body())
+    lines = dict(line.split(":\t") for line in result.stdout.splitlines() if ":\t" in line)
+    assert all(lines[key].strip("0") == "" for key in ("CapEff", "CapPrm", "CapInh", "CapAmb")), lines
+    assert lines["NoNewPrivs"].strip() == "1"
+    assert "host-visible" not in result.stdout
