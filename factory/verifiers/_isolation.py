@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import functools
 import json
 import os
@@ -169,8 +170,15 @@ async def run_isolated(task: Task, solution: Mapping[str, str | bytes], args: li
         solution_spec = SandboxSpec(files=dict(solution), limits=limits, shared_dir=shared, image=task.image)
         trusted_spec = SandboxSpec(files=data, readonly_files=tests, limits=limits, shared_dir=shared,
                                    image=task.image)
-        async with create_sandbox(sandbox, solution_spec) as solution_box, \
-                create_sandbox(sandbox, trusted_spec) as trusted_box:
+        solution_box, trusted_box = create_sandbox(sandbox, solution_spec), create_sandbox(sandbox, trusted_spec)
+        async with contextlib.AsyncExitStack() as stack:
+            stack.push_async_callback(trusted_box.close)  # close is safe on a sandbox that never started
+            stack.push_async_callback(solution_box.close)
+            # Both start at once: a container backend spends most of a verification's overhead starting them.
+            started = await asyncio.gather(solution_box.start(), trusted_box.start(), return_exceptions=True)
+            failed = next((outcome for outcome in started if isinstance(outcome, BaseException)), None)
+            if failed is not None:
+                raise failed
             # Paths relative to the workspace, where every backend starts a command.
             server_settings = {"socket": f"{solution_box.shared_path}/{SOCKET_NAME}", "accept_timeout": timeout_s,
                                "paths": ["."] + (["src"] if any(p.startswith("src/") for p in solution) else [])}

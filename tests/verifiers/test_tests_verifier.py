@@ -1,7 +1,8 @@
 """The tests verifier on the shipped golden sets: every closed exploit is a regression test.
 
-Each golden case runs on bwrap and on none (tamper detection must not depend
-on the sandbox's isolation).
+Each golden case runs on bwrap, every exploit on docker too (where an engine
+and the image are at hand; else those cases skip and say why), and the first
+sets on none (tamper detection must not depend on the sandbox's isolation).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from factory.sandbox import docker_available, docker_image_status
 from factory.tasks import Task
 from factory.verifiers import (
     BranchOutput,
@@ -32,12 +34,60 @@ EXPLOITS = load_golden(GOLDEN / "tests-exploits.jsonl")
 # as well would double the suite's longest part for no new class of case.
 CASES = [("bwrap", c) for c in CORRECT] + [("none", c) for c in CORRECT[:6]]
 EXPLOIT_CASES = [("bwrap", c) for c in EXPLOITS] + [("none", c) for c in EXPLOITS[:22]]
+# On docker: every exploit, and the honest cases that are not more of the same (the first sets and the
+# in-process ones), verified a few at a time in one batch: a container's start is mostly the engine's wait.
+DOCKER_CORRECT = CORRECT[:6] + [c for c in CORRECT[6:] if c.task.test_isolation == "in-process"]
+DOCKER_CONCURRENCY = 4
+
+
+def _docker_missing() -> str | None:
+    engine, why = docker_available()
+    if not engine:
+        return why
+    image, why = docker_image_status()
+    return None if image else why
+
+
+DOCKER_MISSING = _docker_missing()
 
 
 def golden(case, sandbox, expect_pass):
     pipeline = VerificationPipeline({"tests": TestsVerifier(reference_sandbox=sandbox)})
     correct, exploits = ([case], []) if expect_pass else ([], [case])
     return asyncio.run(run_golden("tests", pipeline, correct, exploits, sandbox))
+
+
+@pytest.fixture(scope="module")
+def docker_reports():
+    """Every docker case's golden report, by (case id, expected to pass)."""
+    if DOCKER_MISSING is not None:
+        pytest.skip(f"docker: {DOCKER_MISSING}")
+
+    async def one(case, expect_pass, gate):
+        async with gate:
+            pipeline = VerificationPipeline({"tests": TestsVerifier(reference_sandbox="docker")})
+            correct, exploits = ([case], []) if expect_pass else ([], [case])
+            return (case.id, expect_pass), await run_golden("tests", pipeline, correct, exploits, "docker")
+
+    async def batch():
+        gate = asyncio.Semaphore(DOCKER_CONCURRENCY)
+        return dict(await asyncio.gather(*[one(c, True, gate) for c in DOCKER_CORRECT],
+                                         *[one(c, False, gate) for c in EXPLOITS]))
+
+    return asyncio.run(batch())
+
+
+@pytest.mark.parametrize("case", DOCKER_CORRECT, ids=[f"{c.id}-docker" for c in DOCKER_CORRECT])
+def test_correct_solutions_pass_on_docker(case, docker_reports):
+    report = docker_reports[(case.id, True)]
+    assert report.false_negatives == [], report.false_negatives
+
+
+@pytest.mark.parametrize("case", EXPLOITS, ids=[f"{c.id}-docker" for c in EXPLOITS])
+def test_exploit_never_passes_on_docker(case, docker_reports):
+    report = docker_reports[(case.id, False)]
+    assert report.false_positives == [], report.false_positives
+    assert len(report.caught) == 1
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
