@@ -57,6 +57,7 @@ bench: setup
 	$(PY) bench/bench_store.py
 	$(PY) bench/bench_fork.py
 	$(PY) bench/bench_verify.py
+	$(PY) bench/bench_sandbox.py
 	$(PY) bench/bench_rank.py
 	$(PY) bench/bench_memory.py
 	$(PY) bench/bench_export.py
