@@ -33,6 +33,7 @@ __all__ = [
     "Rules",
     "Task",
     "TaskSet",
+    "check_image_reference",
     "dataset_hash",
     "load_tasks",
     "parse_tasks",
@@ -138,8 +139,12 @@ _IMAGE_REFERENCE = re.compile(rf"(?P<name>{_IMAGE_NAME})(?::{_IMAGE_TAG})?(?:@{_
 _IMAGE_NAME_MAX = 255
 
 
-def _check_image(value: str) -> str:
-    """Return ``value`` if it is a Docker image reference, else raise ValueError saying why."""
+def check_image_reference(value: str) -> str:
+    """Return ``value`` if it is a Docker image reference, else raise ValueError saying why.
+
+    Raises:
+        ValueError: Whitespace, an empty name, upper case in the repository, or no reference shape at all.
+    """
     if not value.strip():
         raise ValueError("must not be empty")
     if any(ch.isspace() for ch in value):
@@ -223,7 +228,7 @@ class Task(BaseModel):
     @field_validator("image")
     @classmethod
     def _image_reference(cls, value: str | None) -> str | None:
-        return None if value is None else _check_image(value)
+        return None if value is None else check_image_reference(value)
 
     @field_validator("answer", mode="before")
     @classmethod

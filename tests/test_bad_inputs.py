@@ -314,6 +314,11 @@ CATALOGUE: dict[str, Case] = {
     "memory-unknown-backend": Case("memory stats --db {db} --memory-backend nosuch", 2,
                                    "unknown memory backend 'nosuch'"),
     "memory-no-store": Case("memory stats --db {missing}.duckdb", 1, "no database at"),
+    # ---- sandbox
+    "sandbox-unknown-backend": Case("sandbox check NOSUCH", 2, "unknown sandbox 'NOSUCH'"),
+    "sandbox-image-tag-uppercase": Case("sandbox build-image --tag Factory:1", 2,
+                                        "'--tag': invalid image reference 'Factory:1'"),
+    "sandbox-image-tag-whitespace": Case("sandbox build-image --tag 'a b'", 2, "must not contain whitespace"),
 }
 
 

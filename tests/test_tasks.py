@@ -213,3 +213,13 @@ def test_a_task_without_an_image_hashes_as_before():
     assert task.task_hash() == OLD_TASK_HASH
     with_image = task.model_copy(update={"image": "python:3.12-slim"})
     assert with_image.canonical()["image"] == "python:3.12-slim" and with_image.task_hash() != OLD_TASK_HASH
+
+
+def test_check_image_reference_accepts_references_and_says_why_it_refuses_others():
+    from factory.tasks import check_image_reference
+
+    for good in ("factory-sandbox:py3.11", "localhost:5000/team/repo:v1", "python@sha256:" + "a" * 64):
+        assert check_image_reference(good) == good
+    for bad, why in (("Python:3", "lowercase"), ("a b", "whitespace"), (" ", "")):
+        with pytest.raises(ValueError, match=why):
+            check_image_reference(bad)

@@ -16,8 +16,17 @@ def sandbox() -> None:
     """Build the docker sandbox's image and run the sandbox conformance suite."""
 
 
+def _tag(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    from factory.tasks import check_image_reference
+
+    try:
+        return None if value is None else check_image_reference(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+
+
 @sandbox.command("build-image")
-@click.option("--tag", default=None, metavar="TAG",
+@click.option("--tag", default=None, metavar="TAG", callback=_tag,
               help="Image tag (default: factory-sandbox:pyX.Y of this Python).")
 @json_option
 def build_image_command(tag: str | None, as_json: bool) -> None:

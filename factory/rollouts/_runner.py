@@ -33,6 +33,7 @@ from factory.models import ChatModel, Usage
 from factory.provenance import content_hash, git_sha, package_version
 from factory.rollouts._agent import AgentConfig, AgentResult, BranchStatus, ToolCallingAgent
 from factory.sandbox import (
+    SANDBOXES,
     SandboxLimits,
     SandboxSpec,
     WorkspaceFiles,
@@ -461,6 +462,11 @@ class RolloutForkRunner:
             self.config = replace(self.config, **{k: v for k, v in overrides.items() if v is not None})
         per_branch_temps, per_branch_seeds = self.config.sampling()
         existing = self.store.run(self.run_id)
+        # A backend that cannot start here (no engine, a missing image) fails the run before it is written,
+        # not every branch as an infrastructure error.
+        preflight = getattr(SANDBOXES.get(self.config.sandbox), "preflight", None)  # any factory may register
+        if preflight is not None:
+            await asyncio.to_thread(preflight, {task.image for task in tasks})
         if resume:
             if existing is None:
                 raise RunError(f"no run {self.run_id} to resume in {self.store.path}")
@@ -473,6 +479,7 @@ class RolloutForkRunner:
         else:
             if existing is not None:
                 raise RunError(f"run {self.run_id} already exists; use --resume {self.run_id}")
+        if not resume:
             self._start_run(tasks, task_file)
             done = set()
 

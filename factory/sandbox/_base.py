@@ -9,7 +9,7 @@ the backend with the run, so nobody mistakes ``none`` for isolation.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -185,6 +185,19 @@ class Sandbox(abc.ABC):
         """Where :attr:`SandboxSpec.shared_dir` appears inside (None without one).
 
         Backends that support ``shared_dir`` override this; the others refuse a spec that has one.
+        """
+        return None
+
+    @classmethod
+    def preflight(cls, images: Collection[str | None] = ()) -> None:
+        """Check, before a run writes anything, that this backend can start sandboxes here.
+
+        Args:
+            images: The container images the run's tasks name (None: the
+                backend's default); backends without images ignore them.
+
+        Raises:
+            SandboxUnavailableError: It cannot, with what to do about it.
         """
         return None
 

@@ -66,7 +66,7 @@ import struct
 import tarfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -305,6 +305,13 @@ class DockerSandbox(Sandbox):
     def shared_path(self) -> str | None:
         return "/shared" if self.spec.shared_dir is not None else None
 
+    @classmethod
+    def preflight(cls, images: Collection[str | None] = ()) -> None:
+        """An engine answers and every image is present (a missing one says how to build it)."""
+        client = _engine()
+        for image in sorted({image or default_image_tag() for image in images} or {default_image_tag()}):
+            _image_present(client, image)
+
     # ------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
@@ -337,8 +344,10 @@ class DockerSandbox(Sandbox):
         memory = limits.memory_mb + limits.workspace_mb + limits.tmp_mb + 64
         inodes = max(4096, limits.workspace_mb * 256)
         try:
+            # detach=False is what makes the SDK set StdinOnce: the engine closes PID 1's stdin when this
+            # process's attach connection drops (it dies), and PID 1 (cat) exits with it.
             container = client.containers.create(
-                self.image, ["cat"], stdin_open=True, init=True, detach=True,
+                self.image, ["cat"], stdin_open=True, init=True, detach=False,
                 network_mode="none", read_only=True, user="0:0", hostname="sandbox", working_dir=_WORKSPACE,
                 cap_drop=["ALL"], cap_add=["CHOWN", "DAC_OVERRIDE", "FOWNER"],
                 security_opt=["no-new-privileges:true", f"seccomp={docker_seccomp_profile()}"],

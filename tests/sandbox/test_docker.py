@@ -11,6 +11,7 @@ no engine or no image is at hand.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import socket
@@ -18,6 +19,7 @@ import stat
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -96,6 +98,8 @@ def test_a_killed_process_leaves_no_container():
         mine = [c for c in containers(host=socket.gethostname())
                 if c.labels.get("factory.sandbox.folder", "").endswith(f"-{child.pid}")]
         assert len(mine) == 1
+        # Another process's sweep could remove it too; this is the mechanism that does not need one.
+        assert mine[0].attrs["Config"]["StdinOnce"] and mine[0].attrs["Config"]["OpenStdin"]
         child.send_signal(signal.SIGKILL)
         child.wait(10)
         deadline = time.monotonic() + 30
@@ -233,3 +237,54 @@ def test_the_container_has_no_host_file_and_no_capability():
     assert all(lines[key].strip("0") == "" for key in ("CapEff", "CapPrm", "CapInh", "CapAmb")), lines
     assert lines["NoNewPrivs"].strip() == "1"
     assert "host-visible" not in result.stdout
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def _fork(tmp_path: Path, tasks: Path, sandbox: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "factory.cli", "fork", str(tasks), "--model",
+         f"replay:{EXAMPLES / 'code-agent.replay.jsonl'}", "--branches", "3", "--max-turns", "4", "--seed", "1",
+         "--sandbox", sandbox, "--db", str(tmp_path / f"{sandbox}.duckdb")],
+        capture_output=True, text=True, timeout=600)
+
+
+def _verdicts(db: Path) -> dict:
+    import duckdb
+
+    with duckdb.connect(str(db), read_only=True) as connection:
+        rows = connection.execute("SELECT task_id, branch_index, verifier, ok, status, score, details "
+                                  "FROM verdicts").fetchall()
+    return {(task, branch, verifier): (ok, status, round(score or 0, 6), json.loads(details).get("passed"),
+                                       json.loads(details).get("total"), json.loads(details).get("hack_detected"))
+            for task, branch, verifier, ok, status, score, details in rows}
+
+
+def test_fork_on_docker_verifies_code_tasks_as_bwrap_does(tmp_path):
+    """The same scripted agent (a correct fix, a wrong one, a conftest hack per task) gets the same verdicts."""
+    lines = [line for line in (EXAMPLES / "tasks.jsonl").read_text().splitlines() if '"fix-factorial"' in line]
+    lines += [line for line in (EXAMPLES / "humaneval-style.jsonl").read_text().splitlines()
+              if '"he-close-elements"' in line]  # hidden tests: the fitted solution passes only the visible ones
+    tasks = tmp_path / "code.jsonl"
+    tasks.write_text("\n".join(lines) + "\n")
+    runs = {sandbox: _fork(tmp_path, tasks, sandbox) for sandbox in ("bwrap", "docker")}
+    for sandbox, done in runs.items():
+        assert done.returncode == 0, f"{sandbox}: {done.stderr[-2000:]}"
+    bwrap, docker = _verdicts(tmp_path / "bwrap.duckdb"), _verdicts(tmp_path / "docker.duckdb")
+    assert len(bwrap) == 6 and docker == bwrap
+    assert sorted((v[0], bool(v[5])) for v in docker.values()) == [(False, False)] * 2 + [(False, True)] * 2 + [
+        (True, False)] * 2  # per task: one correct pass, one wrong fail, one hack caught
+
+
+def test_fork_with_a_missing_image_fails_before_writing_anything(tmp_path):
+    task = json.loads((EXAMPLES / "tasks.jsonl").read_text().splitlines()[0])
+    task["image"] = "factory-no-such-image:never"
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps(task) + "\n")
+    done = _fork(tmp_path, tasks, "docker")
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines()[-1].startswith("error: the docker image factory-no-such-image:never is "
+                                                           "not present: build it offline")
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "docker.duckdb").exists()
