@@ -5,9 +5,9 @@ The container runs the spec's image (the task's ``image``; default
 build-image``) with:
 
 - no network (``network_mode=none``: loopback only), a read-only root
-  filesystem, every capability dropped but the three the seeding step needs as
-  root (``CHOWN``, ``DAC_OVERRIDE``, ``FOWNER``), ``no-new-privileges``, and
-  the same syscall filter as bwrap (:func:`~factory.sandbox._seccomp.docker_seccomp_profile`);
+  filesystem, ``no-new-privileges``, every capability dropped but the few
+  factory's own root processes need (:data:`_ROOT_CAPABILITIES`), and the
+  same syscall filter as bwrap (:func:`~factory.sandbox._seccomp.docker_seccomp_profile`);
 - the workspace at ``/workspace`` and ``/tmp`` as size- and inode-limited
   tmpfs mounts (the kernel stops a command that fills them), and the spec's
   ``shared_dir`` bind-mounted at ``/shared``;
@@ -15,12 +15,16 @@ build-image``) with:
   ``RLIMIT_AS``/``CPU``/``FSIZE`` limits, and a wall-clock and output limit per command.
 
 Every command runs as ``nobody`` (uid 65534) with a fresh environment,
-wrapped so that (1) ``timeout -s KILL`` kills its process group at the
-limit and (2) ``kill -9 -1`` — which signals every process of that uid in
-the container but the caller — runs before and after it, so nothing of a
-command outlives it, as with bwrap. PID 1 (``docker-init`` and ``cat``) runs
-as root, out of the agent's reach: a policy cannot end its own container and
-turn a failing branch into an infrastructure error.
+under a wrapper and ``timeout -s KILL`` that run as root: the command cannot
+kill them, so when it ends (or ``timeout`` kills its process group at the
+limit) the wrapper always turns into a ``nobody`` shell that runs ``kill -9
+-1`` — every process of that uid in the container but itself — by
+``exec``, needing no free pid even after a fork bomb. Nothing of a command
+outlives it, as with bwrap (whose every command is a PID namespace of its
+own). PID 1 (``docker-init`` and ``cat``) runs as root too: a policy cannot
+end its own container and turn a failing branch into an infrastructure
+error. The image therefore needs ``sh``, ``timeout``, ``setpriv``
+(util-linux) and ``python3``.
 
 **Files.** The engine refuses its archive API (``put_archive``) on a
 container with a read-only root ("container rootfs is marked read-only"),
@@ -39,7 +43,7 @@ no mount to move. Reading, writing and listing run as the sandbox's user,
 so following a planted link (which the walker never does) could reach no
 more than the agent itself; collecting the final workspace runs as root
 after every agent process is killed, so a file the agent made unreadable is
-still collected. The image therefore needs ``python3``, ``sh`` and ``timeout``.
+still collected.
 
 **Cleanup.** Containers are labelled with this host and the process's
 sandbox folder, and ``--rm``-like (``auto_remove``). PID 1 reads an
@@ -86,9 +90,15 @@ _LABEL = "factory.sandbox"
 _WORKSPACE = "/workspace"
 _KILL_GRACE_S = 5.0  # past the limit, the engine-side kill; past twice this, the connection is dropped
 _FILE_OP_TIMEOUT_S = 60.0
+_NAMES_BUDGET = 64 << 20  # bytes of a collected workspace's names and framing; past it the walk is truncated
 _BUILD_HINT = ("build it offline with `factory sandbox build-image` (or `make docker-image`), or name an image "
-               "that has python3, sh and timeout (`docker build --network none` FROM it to add a repository)")
+               "that has python3, sh, timeout and setpriv (`docker build --network none` FROM it to add a repository)")
 _PATH_REFUSED = 3  # the in-container file tool's exit code for a refused path
+#: What root keeps in the container, for factory's own processes only: seeding and collecting files (CHOWN,
+#: DAC_OVERRIDE, FOWNER), and the command wrapper (SETUID/SETGID to drop to the sandbox's user, KILL for
+#: ``timeout`` to kill that user's processes). Commands run as that user with no-new-privileges: none of
+#: these can come back to them.
+_ROOT_CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETUID", "SETGID")
 
 
 @functools.cache
@@ -209,13 +219,31 @@ def _main():
             out.write(json.dumps(tree.list(args["path"])).encode())
         elif op == "collect":  # as root, once every process of the sandbox's user is gone
             found = tree.collect(args["max_bytes"])
+            # Names cost bytes too (tar headers, JSON): past the budget the walk counts as truncated, so the
+            # answer stays within the bound the host reads, however many long names the agent made.
+            kept = {"files": {}, "symlinks": {}, "special": {}, "oversized": []}
+            truncated, used = found.truncated, 0
+            entries = sorted([(p, "files") for p in found.files] + [(p, "symlinks") for p in found.symlinks]
+                             + [(p, "special") for p in found.special] + [(p, "oversized") for p in found.oversized])
+            for path, kind in entries:
+                extra = found.symlinks[path] if kind == "symlinks" else ""
+                cost = 1536 + 7 * (len(path.encode("utf-8", "surrogateescape")) + len(extra.encode("utf-8",
+                                                                                                "surrogateescape")))
+                if used + cost > args["budget"]:
+                    truncated = True
+                    break
+                used += cost
+                if kind == "oversized":
+                    kept["oversized"].append(path)
+                else:
+                    kept[kind][path] = getattr(found, kind)[path]
             with tarfile.open(fileobj=out, mode="w|") as archive:
-                manifest = json.dumps({"symlinks": found.symlinks, "special": found.special,
-                                       "oversized": list(found.oversized), "truncated": found.truncated}).encode()
+                manifest = json.dumps({"symlinks": kept["symlinks"], "special": kept["special"],
+                                       "oversized": kept["oversized"], "truncated": truncated}).encode()
                 info = tarfile.TarInfo(".")  # never a workspace path
                 info.size = len(manifest)
                 archive.addfile(info, io.BytesIO(manifest))
-                for path, data in found.files.items():
+                for path, data in kept["files"].items():
                     info = tarfile.TarInfo(path)
                     info.size = len(data)
                     archive.addfile(info, io.BytesIO(data))
@@ -349,9 +377,9 @@ class DockerSandbox(Sandbox):
             container = client.containers.create(
                 self.image, ["cat"], stdin_open=True, init=True, detach=False,
                 network_mode="none", read_only=True, user="0:0", hostname="sandbox", working_dir=_WORKSPACE,
-                cap_drop=["ALL"], cap_add=["CHOWN", "DAC_OVERRIDE", "FOWNER"],
+                cap_drop=["ALL"], cap_add=list(_ROOT_CAPABILITIES),
                 security_opt=["no-new-privileges:true", f"seccomp={docker_seccomp_profile()}"],
-                pids_limit=limits.max_processes + 4,  # docker-init, cat, the wrapper shell and timeout
+                pids_limit=limits.max_processes + 4,  # docker-init, cat, the wrapper and timeout
                 mem_limit=f"{memory}m", memswap_limit=f"{memory}m", nano_cpus=1_000_000_000,
                 ulimits=[Ulimit(name="cpu", soft=limits.cpu_seconds, hard=limits.cpu_seconds + 1),
                          Ulimit(name="fsize", soft=limits.max_file_mb << 20, hard=limits.max_file_mb << 20),
@@ -506,11 +534,15 @@ class DockerSandbox(Sandbox):
         seconds = timeout if timeout is not None else limits.timeout_s
         inner = command if isinstance(command, str) else shlex.join(command)
         # Nothing of an earlier command runs on into this one, nor anything of this one past it.
-        wrapper = (f"kill -9 -1 2>/dev/null; ulimit -v {limits.memory_mb * 1024} 2>/dev/null; "
-                   f"timeout -s KILL {_seconds(seconds)} sh -c \"$1\"; status=$?; kill -9 -1 2>/dev/null; "
-                   "exit $status")
+        # The wrapper and ``timeout`` run as root, out of the command's reach (it cannot kill them to leave
+        # processes behind); the command runs as the sandbox's user; afterwards the wrapper *becomes* (exec,
+        # no fork: a fork bomb may hold every pid) a shell of that user that kills every process it has.
+        drop = f"setpriv --reuid={_UID} --regid={_UID} --clear-groups --inh-caps=-all --no-new-privs --"
+        wrapper = (f"ulimit -v {limits.memory_mb * 1024} 2>/dev/null; "
+                   f"timeout -s KILL {_seconds(seconds)} {drop} sh -c \"$1\"; status=$?; "
+                   f"exec {drop} sh -c 'kill -9 -1 2>/dev/null; exit $1' sh $status")
         data = stdin.encode() if isinstance(stdin, str) else stdin
-        outcome = await self._run(["sh", "-c", wrapper, "sh", inner], user=str(_UID), stdin=data,
+        outcome = await self._run(["sh", "-c", wrapper, "sh", inner], user="0", stdin=data,
                                   cap=limits.max_output_bytes, timeout=seconds + _KILL_GRACE_S,
                                   env=sandbox_environment(_WORKSPACE, None))
         timed_out = outcome.timed_out or (outcome.exit_code == 137 and outcome.duration_s >= seconds)
@@ -555,12 +587,10 @@ class DockerSandbox(Sandbox):
 
     async def collect_workspace(self, max_bytes: int = 64_000_000) -> WorkspaceFiles:
         await asyncio.to_thread(self._kill_all)  # nothing of the agent's changes the files while they are read
-        # The tar framing adds at most ~1.5 KiB per entry; entries are bounded by the tmpfs's inodes.
-        inodes = max(4096, self.spec.limits.workspace_mb * 256)
-        outcome = await self._tool("collect", {"max_bytes": max_bytes}, user="0",
-                                   cap=max_bytes + inodes * 1536 + (1 << 20))
+        outcome = await self._tool("collect", {"max_bytes": max_bytes, "budget": _NAMES_BUDGET}, user="0",
+                                   cap=max_bytes + _NAMES_BUDGET + (1 << 20))
         self._refused(outcome, "collecting the workspace")
-        if outcome.flooded:
+        if outcome.flooded:  # the tool keeps within the bound, whatever the workspace holds: this is not the agent's
             raise SandboxError("collecting the workspace: the answer exceeded its bound")
         files: dict[str, bytes] = {}
         manifest: dict[str, Any] = {}

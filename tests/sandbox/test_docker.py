@@ -155,6 +155,25 @@ def test_agent_processes_do_not_outlive_a_command():
     assert "late.txt" not in run(body())
 
 
+def test_killing_everything_else_it_can_leaves_no_process_behind():
+    """The command kills every process around it but one it hid in a session of its own: the wrapper is not its."""
+    attack = ("setsid sh -c 'sleep 2.5 && echo late > late.txt' </dev/null >/dev/null 2>&1 & hidden=$!; sleep 0.3; "
+              "for pid in $(ps -eo pid=); do case \" $$ $hidden $(ps -o pid= --ppid $hidden) \" in *\" $pid \"*) ;; "
+              "*) kill -9 \"$pid\" 2>/dev/null;; esac; done; ps -eo user=,args=")
+
+    async def body():
+        async with create_sandbox("docker", CONFORMANCE_SPEC) as sb:
+            seen = await sb.exec(attack)
+            await asyncio.sleep(3)
+            left = await sb.exec("ps -eo user=,args= | grep -v 'ps -eo' | grep nobody || true")
+            return seen, await sb.list_files(), left
+
+    seen, listed, left = run(body())
+    assert "timeout" in seen.stdout and "sleep 2.5" in seen.stdout, seen.describe()  # both outlived the attack
+    assert "late.txt" not in listed
+    assert "sleep 2.5" not in left.stdout, left.describe()
+
+
 SERVER = """
 import os, socket
 path = '/shared/echo.sock'
@@ -288,3 +307,21 @@ def test_fork_with_a_missing_image_fails_before_writing_anything(tmp_path):
                                                            "not present: build it offline")
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "docker.duckdb").exists()
+
+
+def test_a_workspace_of_many_long_names_is_collected_truncated_never_an_error():
+    """Names cost bytes the collection's answer must bound: past its budget the walk is truncated (the agent's
+    loss), never an oversized answer the host would have to call an infrastructure error."""
+    make = ("import os\nname = 'n' * 200\nfor i in range(300):\n    os.makedirs(f'd{i:03}')\n"
+            "    for j in range(100):\n        open(f'd{i:03}/{name}{j:03}', 'w').close()\n")
+    spec = SandboxSpec(files={"solution.py": "x = 1\n"}, limits=LIMITS)
+
+    async def body():
+        async with create_sandbox("docker", spec) as sb:
+            made = await sb.exec(["python", "-c", make], timeout=60)
+            assert made.ok, made.describe()
+            return await sb.collect_workspace()
+
+    collected = run(body())
+    assert collected.truncated
+    assert 1000 < len(collected.files) < 30_000
