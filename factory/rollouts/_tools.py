@@ -8,6 +8,7 @@ workspace) returns an error text to the model; it never ends the run.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,6 +80,8 @@ async def execute_tool(call: ToolCall, sandbox: Sandbox, max_timeout: float) -> 
             try:
                 timeout = min(float(args.get("timeout") or max_timeout), max_timeout)
             except (TypeError, ValueError):
+                timeout = max_timeout
+            if not math.isfinite(timeout) or timeout <= 0:  # nan slips through min(); -inf would kill at once
                 timeout = max_timeout
             result = await sandbox.exec(str(args["command"]), timeout=timeout)
             return ToolOutcome(result.describe(), ok=result.ok)

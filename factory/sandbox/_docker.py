@@ -160,7 +160,9 @@ def sweep_docker_containers() -> list[str]:
     """Remove the sandbox containers of this host whose process is gone (a ``kill -9``'d run's); return their ids."""
     client = _engine()
     removed = []
-    for container in client.containers.list(all=True, filters={"label": [f"{_LABEL}.host={socket.gethostname()}"]}):
+    # ignore_removed: containers of other sandboxes are removed (auto_remove) while the list is inspected.
+    for container in client.containers.list(all=True, ignore_removed=True,
+                                            filters={"label": [f"{_LABEL}.host={socket.gethostname()}"]}):
         folder = container.labels.get(f"{_LABEL}.folder", "")
         if folder and folder_in_use(folder):
             continue
@@ -174,7 +176,10 @@ def sweep_docker_containers() -> list[str]:
 
 @functools.cache
 def _swept_once() -> bool:
-    sweep_docker_containers()
+    try:
+        sweep_docker_containers()
+    except Exception:  # best effort: a sweep that races the engine never fails a sandbox's start
+        return False
     return True
 
 
@@ -368,8 +373,10 @@ class DockerSandbox(Sandbox):
         mounts = []
         if self.spec.shared_dir is not None:
             mounts.append(Mount("/shared", os.path.realpath(self.spec.shared_dir), type="bind"))
-        # tmpfs pages are charged to the container's memory cgroup: the limit leaves room for both quotas.
-        memory = limits.memory_mb + limits.workspace_mb + limits.tmp_mb + 64
+        # tmpfs pages are charged to the container's memory cgroup: the limit leaves room for the workspace,
+        # /tmp and /dev/shm quotas (the memory that outlives a command: SysV IPC cannot, see sysctls below),
+        # and room for factory's own file tool (the collected files, twice) however full they are.
+        memory = limits.memory_mb + limits.workspace_mb + 2 * limits.tmp_mb + 256
         inodes = max(4096, limits.workspace_mb * 256)
         try:
             # detach=False is what makes the SDK set StdinOnce: the engine closes PID 1's stdin when this
@@ -387,6 +394,9 @@ class DockerSandbox(Sandbox):
                 tmpfs={_WORKSPACE: f"size={limits.workspace_mb}m,nr_inodes={inodes},mode=1777,nosuid,nodev",
                        "/tmp": f"size={limits.tmp_mb}m,mode=1777,nosuid,nodev"},
                 shm_size=f"{limits.tmp_mb}m", ipc_mode="private", mounts=mounts, environment={},
+                # SysV shared memory and message queues outlive the processes that made them (kill -9 -1
+                # cannot reach them): segments go with their last user, queues and POSIX queues are off.
+                sysctls={"kernel.shm_rmid_forced": "1", "kernel.msgmni": "0", "fs.mqueue.queues_max": "0"},
                 auto_remove=True, log_config={"type": "none"},
                 labels={_LABEL: "1", f"{_LABEL}.host": socket.gethostname(),
                         f"{_LABEL}.folder": str(sandbox_folder())},
@@ -437,6 +447,10 @@ class DockerSandbox(Sandbox):
         except AttributeError:
             reader = sock
         raw = getattr(sock, "_sock", sock)
+        try:
+            raw.settimeout(None)  # the client's 60 s would end a quiet command's stream early; the watchdog bounds it
+        except (OSError, AttributeError):
+            pass
         state = {"flooded": False, "timed_out": False, "killed": False}
         done = threading.Event()
 
@@ -495,6 +509,8 @@ class DockerSandbox(Sandbox):
                 exit_code = inspected["ExitCode"]
                 break
             time.sleep(0.02)
+        if exit_code == -9 or not (0 <= exit_code < 256):  # ended without an exit status: leave nothing running
+            self._kill_all()
         return _Outcome(exit_code, b"".join(streams[1]), b"".join(streams[2]), state["flooded"],
                         state["timed_out"], time.monotonic() - started)
 
@@ -532,6 +548,8 @@ class DockerSandbox(Sandbox):
     ) -> ExecResult:
         limits = self.spec.limits
         seconds = timeout if timeout is not None else limits.timeout_s
+        if not math.isfinite(seconds) or seconds <= 0:
+            seconds = limits.timeout_s
         inner = command if isinstance(command, str) else shlex.join(command)
         # Nothing of an earlier command runs on into this one, nor anything of this one past it.
         # The wrapper and ``timeout`` run as root, out of the command's reach (it cannot kill them to leave
@@ -595,6 +613,7 @@ class DockerSandbox(Sandbox):
         files: dict[str, bytes] = {}
         manifest: dict[str, Any] = {}
         total = 0
+        truncated = False
         with tarfile.open(fileobj=io.BytesIO(outcome.stdout), mode="r|") as archive:
             for member in archive:
                 extracted = archive.extractfile(member)
@@ -602,17 +621,27 @@ class DockerSandbox(Sandbox):
                 if member.name == ".":
                     manifest = json.loads(data)
                     continue
-                key = _key(member.name)  # the tool is ours, but what it read is the agent's: names are checked
-                if member.isfile() and key != "." and total + len(data) <= max_bytes:
-                    files[key] = data
+                # The tool is ours, but the names are the agent's: kept exactly as they are (never stripped or
+                # normalized, which could make two files one), and skipped, not raised on, if ever invalid.
+                if not member.isfile() or not _walked_name(member.name) or member.name in files:
+                    truncated = True
+                    continue
+                if total + len(data) <= max_bytes:
+                    files[member.name] = data
                     total += len(data)
         return WorkspaceFiles(
             files=files,
             symlinks={str(k): str(v) for k, v in manifest.get("symlinks", {}).items()},
             special={str(k): str(v) for k, v in manifest.get("special", {}).items()},
             oversized=tuple(str(p) for p in manifest.get("oversized", [])),
-            truncated=bool(manifest.get("truncated", False)),
+            truncated=truncated or bool(manifest.get("truncated", False)),
         )
+
+
+def _walked_name(name: str) -> bool:
+    """A name a walk of the workspace could give: relative, no empty, ``.`` or ``..`` part, no NUL (spaces kept)."""
+    return bool(name) and "\x00" not in name and not name.startswith("/") and not any(
+        part in ("", ".", "..") for part in name.split("/"))
 
 
 def _seconds(value: float) -> str:

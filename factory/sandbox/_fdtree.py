@@ -18,7 +18,7 @@ import stat
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
-__all__ = ["Collected", "FdTree", "PathRefused", "workspace_parts"]
+__all__ = ["Collected", "FdTree", "PathRefused", "is_exact_path", "workspace_parts"]
 
 READ_CAP = 4_000_000  # bytes read_file returns at most
 _READ_CAP = READ_CAP
@@ -74,6 +74,17 @@ def workspace_parts(rel: str, error: type[Exception] = PathRefused) -> list[str]
         raise error(f"path {rel!r} is outside the workspace")
     return [] if norm == "." else norm.split("/")
 
+
+def is_exact_path(name: str) -> bool:
+    """Whether ``name`` is a workspace path exactly as a walk names one, needing no stripping or normalizing.
+
+    A collected workspace keeps every name as it is (``'main.py '`` is not
+    ``main.py``); one that is not exact cannot be written back into a sandbox as itself.
+    """
+    try:
+        return bool(name) and workspace_parts(name) == name.split("/")
+    except PathRefused:
+        return False
 
 class FdTree:
     """File operations confined to the tree below a directory descriptor.
@@ -146,8 +157,12 @@ class FdTree:
             raise self.error(f"{rel} is not a regular file")
         return fd
 
-    def _walk(self, dir_fd: int, prefix: str, depth: int = 0) -> Iterator[tuple[str, int, os.stat_result]]:
-        """(path, parent fd, lstat) of every entry below ``dir_fd``, depth first, links not followed."""
+    def _walk(self, dir_fd: int, prefix: str, depth: int = 0,
+              cut: list[str] | None = None) -> Iterator[tuple[str, int, os.stat_result]]:
+        """(path, parent fd, lstat) of every entry below ``dir_fd``, depth first, links not followed.
+
+        Folders deeper than the walk goes are not entered; their paths are appended to ``cut``.
+        """
         with os.scandir(dir_fd) as entries:
             listed = sorted(entries, key=lambda entry: entry.name)
         for entry in listed:
@@ -157,13 +172,15 @@ class FdTree:
             except FileNotFoundError:
                 continue
             yield path, dir_fd, found
+            if stat.S_ISDIR(found.st_mode) and depth >= _MAX_DEPTH and cut is not None:
+                cut.append(path)
             if stat.S_ISDIR(found.st_mode) and depth < _MAX_DEPTH:
                 try:
                     child = os.open(entry.name, _O_DIR, dir_fd=dir_fd)
                 except OSError:  # swapped meanwhile
                     continue
                 try:
-                    yield from self._walk(child, path + "/", depth + 1)
+                    yield from self._walk(child, path + "/", depth + 1, cut)
                 finally:
                     os.close(child)
 
@@ -264,9 +281,10 @@ class FdTree:
         oversized: list[str] = []
         total = entries = 0
         truncated = False
+        cut: list[str] = []  # folders too deep to enter: what they hold is not collected
         root = os.dup(self._root())
         try:
-            for path, dir_fd, found in self._walk(root, ""):
+            for path, dir_fd, found in self._walk(root, "", cut=cut):
                 entries += 1
                 if entries > max_entries:
                     truncated = True
@@ -298,4 +316,4 @@ class FdTree:
                     total += len(data)
         finally:
             os.close(root)
-        return Collected(files, symlinks, special, tuple(oversized), truncated)
+        return Collected(files, symlinks, special, tuple(oversized), truncated or bool(cut))

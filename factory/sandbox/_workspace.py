@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from factory.sandbox._base import SandboxLimits, SandboxSpec, WorkspaceFiles
+from factory.sandbox._fdtree import is_exact_path
 from factory.store import WorkspaceSnapshot
 from factory.tasks import Task
 
@@ -32,6 +33,9 @@ def snapshot_of(collected: WorkspaceFiles, task: Task) -> WorkspaceSnapshot:
     skipped: list[str] = list(collected.oversized)
     total = 0
     for path, data in sorted(collected.files.items()):
+        if not is_exact_path(path):  # 'main.py ' is not main.py, and no sandbox can be seeded with it as itself
+            skipped.append(path)
+            continue
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError:
@@ -52,11 +56,14 @@ def snapshot_of(collected: WorkspaceFiles, task: Task) -> WorkspaceSnapshot:
 def files_spec(task: Task, files: Mapping[str, str | bytes], limits: SandboxLimits | None = None) -> SandboxSpec:
     """A sandbox spec holding a branch's whole final workspace with every test, hidden ones too, restored read-only.
 
+    A file whose name is not an exact workspace path (``'main.py '``, ``' '``) stays out: it could
+    not be seeded as itself, and it must not fail the verification (an infrastructure error).
+
     The spec starts from the task's image (:attr:`Task.image`), as every sandbox built for a task does.
     What the branch did to a test file is not carried over: the tests run as the task wrote them (the
     tamper scan reads ``files`` itself).
     """
-    return SandboxSpec(files={p: c for p, c in files.items() if p not in task.all_tests},
+    return SandboxSpec(files={p: c for p, c in files.items() if p not in task.all_tests and is_exact_path(p)},
                        readonly_files=task.all_tests, limits=limits or SandboxLimits(), image=task.image)
 
 

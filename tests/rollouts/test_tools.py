@@ -59,6 +59,9 @@ def test_run_timeout_is_capped_by_the_sandbox_limit():
     assert not capped.ok and "timed out after" in capped.output
     (bad_value,) = run_calls(call("run", command="echo fine", timeout="soon"))
     assert bad_value.ok  # an unusable timeout falls back to the cap
+    for odd in ("nan", "-inf", "inf", -3, 0):  # nan slips through min(): never an exception (an infra error)
+        (outcome,) = run_calls(call("run", command="echo fine", timeout=odd))
+        assert outcome.ok and outcome.output.startswith("fine"), (odd, outcome)
 
 
 def test_submit_ends_with_the_answer_as_text():

@@ -174,6 +174,26 @@ def test_killing_everything_else_it_can_leaves_no_process_behind():
     assert "sleep 2.5" not in left.stdout, left.describe()
 
 
+def test_shared_memory_and_message_queues_do_not_outlive_a_command():
+    """SysV IPC outlives the processes that made it: segments must go with them, and queues are off."""
+    hold = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            "libc.shmat.restype = ctypes.c_void_p\n"
+            "ids = [libc.shmget(0, 32 << 20, 0o1600) for _ in range(4)]\n"
+            "for i in ids:\n    address = libc.shmat(i, None, 0)\n    ctypes.memset(address, 1, 32 << 20)\n"
+            "    libc.shmdt(ctypes.c_void_p(address))\n"
+            "print('queue', libc.msgget(0, 0o1600))\n")
+
+    async def body():
+        async with create_sandbox("docker", CONFORMANCE_SPEC) as sb:
+            made = await sb.exec(["python", "-c", hold])
+            left = await sb.exec("tail -n +2 /proc/sysvipc/shm | wc -l")
+            return made, left
+
+    made, left = run(body())
+    assert "queue -1" in made.stdout, made.describe()
+    assert left.stdout.strip() == "0", left.describe()
+
+
 SERVER = """
 import os, socket
 path = '/shared/echo.sock'

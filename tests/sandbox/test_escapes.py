@@ -200,6 +200,48 @@ def test_collect_workspace_default_reads_through_the_file_tools():
     assert collected.files == {"a.txt": b"aaa"} and collected.oversized == ("b/c.txt",)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_names_that_are_not_exact_paths_are_collected_as_themselves_and_kept_out_of_verification(backend):
+    """'main.py ' is not main.py: collected apart (never over it), never an error, and left out of a new sandbox."""
+    from factory.sandbox import files_spec, snapshot_of
+    from factory.tasks import Task
+
+    spec = SandboxSpec(files={"main.py": "real\n"}, limits=LIMITS)
+    make = "printf evil > 'main.py '; printf evil2 > \"$(printf 'main.py\\t')\"; touch ' '; mkdir -p d && touch 'd/.. '"
+
+    async def body():
+        async with create_sandbox(backend, spec) as sb:
+            made = await sb.exec(make)
+            assert made.ok, made.describe()
+            collected = await sb.collect_workspace()
+        task = Task(id="t", prompt="p", files={"main.py": "real\n"}, tests={"test_main.py": "def test(): pass\n"})
+        async with create_sandbox(backend, files_spec(task, collected.files, LIMITS)) as fresh:
+            listed = await fresh.list_files()
+        return collected, snapshot_of(collected, task), listed
+
+    collected, snapshot, listed = run(body())
+    assert collected.files["main.py"] == b"real\n"
+    assert collected.files["main.py "] == b"evil" and collected.files["main.py\t"] == b"evil2"
+    assert {" ", "d/.. "} <= set(collected.files)
+    assert {"main.py ", "main.py\t", " ", "d/.. "} <= set(snapshot.skipped) and "main.py" not in snapshot.files
+    assert listed == ["main.py", "test_main.py"]
+
+
+def test_a_walk_that_stops_at_its_depth_limit_says_it_is_truncated(tmp_path):
+    from factory.sandbox._fdtree import FdTree
+
+    deep = tmp_path.joinpath(*["d"] * 70)
+    deep.mkdir(parents=True)
+    (deep / "far.txt").write_text("far")
+    (tmp_path / "near.txt").write_text("near")
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        found = FdTree(fd).collect(1_000_000)
+    finally:
+        os.close(fd)
+    assert found.files == {"near.txt": b"near"} and found.truncated
+
+
 # ------------------------------------------------------------------ host-side file operations
 
 def test_host_file_operations_run_off_the_event_loop_under_a_timeout():
