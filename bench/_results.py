@@ -1,11 +1,13 @@
-"""The results table every benchmark prints at its end (shared by the bench scripts)."""
+"""What the bench scripts share: the results table every benchmark prints at its end, and machine load."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
-__all__ = ["RESULTS", "Row", "print_table", "record", "verdict"]
+__all__ = ["RESULTS", "Row", "cpu_busy_seconds", "loadavg", "print_table", "record", "verdict"]
 
 
 @dataclass
@@ -52,3 +54,21 @@ def print_table() -> None:
     print(line(["-" * w for w in widths]))
     for c in cells:
         print(line(c))
+
+
+def loadavg() -> str:
+    """The 1, 5 and 15 minute load averages, or ``?`` where the system has none."""
+    try:
+        return " ".join(f"{v:.2f}" for v in os.getloadavg())
+    except OSError:
+        return "?"
+
+
+def cpu_busy_seconds() -> float | None:
+    """CPU-seconds every process on the machine has used since boot (``/proc/stat``), None where unreadable."""
+    try:
+        ticks = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle + iowait
+    return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")

@@ -80,7 +80,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
-from _results import print_table, record  # bench/ is on sys.path
+from _results import loadavg, print_table, record  # bench/ is on sys.path
 
 from factory.export import ExportOptions, PairOptions, export
 from factory.rollouts._agent import ANSWER_SYSTEM_PROMPT, TOOL_SYSTEM_PROMPT
@@ -135,11 +135,6 @@ def whole_run_peak_mb() -> float:
     return max(_MAX_SEEN[0], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 
 
-def loadavg() -> str:
-    try:
-        return " ".join(f"{v:.2f}" for v in os.getloadavg())
-    except OSError:
-        return "?"
 
 
 def rate(n: int, seconds: float) -> str:

@@ -61,7 +61,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from _results import print_table, record  # bench/ is on sys.path
+from _results import cpu_busy_seconds, loadavg, print_table, record  # bench/ is on sys.path
 
 from factory.sandbox import (
     CONFORMANCE_SPEC,
@@ -91,21 +91,8 @@ def throughput_metric(k: int) -> str:
 # ------------------------------------------------------------------ machine
 
 
-def loadavg() -> str:
-    try:
-        return " ".join(f"{v:.2f}" for v in os.getloadavg())
-    except OSError:
-        return "?"
 
 
-def cpu_busy_seconds() -> float | None:
-    """CPU-seconds every process on the machine has used since boot (``/proc/stat``), None where unreadable."""
-    try:
-        ticks = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    except (OSError, ValueError):
-        return None
-    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle + iowait
-    return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
 # ------------------------------------------------------------------ availability

@@ -87,6 +87,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _results import cpu_busy_seconds, loadavg  # bench/ is on sys.path
+
 GOAL = 0.05  # at most 5% overhead
 QUIET_SHARE = 0.10  # a run is undisturbed when other processes used at most this share of one core meanwhile
 WORDS = ["sort", "parse", "list", "string", "file", "number", "date", "csv", "json", "http", "count", "sum", "reverse",
@@ -124,22 +126,8 @@ PHASES = {
 }
 
 
-def loadavg() -> str:
-    try:
-        return " ".join(f"{v:.2f}" for v in os.getloadavg())
-    except OSError:
-        return "?"
 
 
-def cpu_busy_seconds() -> float | None:
-    """CPU-seconds every process on the machine has used since boot (``/proc/stat``), None where unreadable."""
-    try:
-        fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
-    except OSError:
-        return None
-    ticks = [int(v) for v in fields]
-    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle + iowait
-    return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
 def wait_quiet(limit_s: float, busy_share: float = 0.15) -> float | None:
