@@ -77,7 +77,7 @@ from typing import Any
 
 from factory.errors import SandboxError, SandboxPathError, SandboxUnavailableError
 from factory.sandbox._base import ExecResult, Guarantee, Sandbox, SandboxSpec, WorkspaceFiles, register_sandbox
-from factory.sandbox._fdtree import READ_CAP, workspace_parts
+from factory.sandbox._fdtree import READ_CAP, _as_bytes, workspace_parts
 from factory.sandbox._host import sandbox_environment
 from factory.sandbox._image import default_image_tag
 from factory.sandbox._scratch import folder_in_use, sandbox_folder
@@ -277,10 +277,6 @@ def _tar(files: dict[str, bytes]) -> bytes:
     return buffer.getvalue()
 
 
-def _bytes(content: str | bytes) -> bytes:
-    return content.encode() if isinstance(content, str) else bytes(content)
-
-
 def _key(path: str) -> str:
     parts = workspace_parts(path, SandboxPathError)
     return "/".join(parts) if parts else "."
@@ -356,8 +352,8 @@ class DockerSandbox(Sandbox):
         await asyncio.to_thread(_swept_once)
         try:
             await asyncio.to_thread(self._create, client)
-            files = {_key(p): _bytes(c) for p, c in self.spec.files.items()}
-            files.update({_key(p): _bytes(c) for p, c in self.spec.readonly_files.items()})
+            files = {_key(p): _as_bytes(c) for p, c in self.spec.files.items()}
+            files.update({_key(p): _as_bytes(c) for p, c in self.spec.readonly_files.items()})
             seeded = await self._tool("seed", {"readonly": self._readonly, "uid": _UID}, user="0",
                                       stdin=_tar(files), cap=1 << 20)
             if seeded.exit_code != 0:
@@ -585,7 +581,7 @@ class DockerSandbox(Sandbox):
         key = _key(path)
         if key in self._readonly:
             raise SandboxPathError(f"{path} is read-only")
-        outcome = await self._tool("write", {"path": key, "readonly": self._readonly}, stdin=_bytes(content))
+        outcome = await self._tool("write", {"path": key, "readonly": self._readonly}, stdin=_as_bytes(content))
         self._refused(outcome, f"cannot write {path}")
 
     async def read_file(self, path: str) -> str:

@@ -24,15 +24,12 @@ from factory.sandbox import (
     NoSandbox,
     NoSandboxWarning,
     create_sandbox,
-    docker_available,
     docker_image_status,
     expect,
     self_check,
 )
 
-DOCKER_OK, DOCKER_WHY = docker_available()
-if DOCKER_OK:  # an engine without the image cannot start a sandbox either
-    DOCKER_OK, DOCKER_WHY = docker_image_status()
+DOCKER_OK, DOCKER_WHY = docker_image_status()  # an engine and its image: neither alone starts a sandbox
 #: Why a registered backend cannot run on this machine (absent: it can).
 UNAVAILABLE = {} if DOCKER_OK else {"docker": DOCKER_WHY or "no engine"}
 BACKENDS = [

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from factory.sandbox import docker_available, docker_image_status
+from factory.sandbox import docker_image_status
 from factory.tasks import Task
 from factory.verifiers import (
     BranchOutput,
@@ -39,16 +39,7 @@ EXPLOIT_CASES = [("bwrap", c) for c in EXPLOITS] + [("none", c) for c in EXPLOIT
 DOCKER_CORRECT = CORRECT[:6] + [c for c in CORRECT[6:] if c.task.test_isolation == "in-process"]
 DOCKER_CONCURRENCY = 4
 
-
-def _docker_missing() -> str | None:
-    engine, why = docker_available()
-    if not engine:
-        return why
-    image, why = docker_image_status()
-    return None if image else why
-
-
-DOCKER_MISSING = _docker_missing()
+DOCKER_OK, DOCKER_WHY = docker_image_status()  # no engine answers: not OK either, and it says so
 
 
 def golden(case, sandbox, expect_pass):
@@ -60,8 +51,8 @@ def golden(case, sandbox, expect_pass):
 @pytest.fixture(scope="module")
 def docker_reports():
     """Every docker case's golden report, by (case id, expected to pass)."""
-    if DOCKER_MISSING is not None:
-        pytest.skip(f"docker: {DOCKER_MISSING}")
+    if not DOCKER_OK:
+        pytest.skip(f"docker: {DOCKER_WHY}")
 
     async def one(case, expect_pass, gate):
         async with gate:
