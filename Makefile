@@ -5,10 +5,22 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 EXTRAS ?= dev,local,openai,anthropic,docker,plot,memory,memory-ann,train
-# Building llama-cpp-python takes minutes on 2 cores; the LLaVA part is not needed.
-export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
+# The embedded engine: llama-cpp-python, pinned (pyproject's `local` extra pins the same
+# version), built here as a wheel once per build kind and installed from it.
+# `portable` (the default) never uses -march=native: a native build on a CPU that
+# advertises AMX executes tile instructions the hypervisor may refuse (SIGILL). The
+# baseline is AVX2 + FMA + F16C (x86-64-v3); AVX-512 is off as well as AMX because a
+# build without runtime dispatch that uses AVX-512 dies on every AVX2-only CPU.
+# `native` (LLAMA_BUILD=native) tunes for this machine's CPU, for comparison only.
+LLAMA_CPP_VERSION := 0.3.36
+LLAMA_BUILD ?= portable
+LLAMA_CMAKE_portable := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+  -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF \
+  -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF
+LLAMA_CMAKE_native := -DGGML_NATIVE=ON -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF
+LLAMA_WHEELS := .cache/wheels/llama-cpp-python-$(LLAMA_CPP_VERSION)-$(LLAMA_BUILD)
 
-.PHONY: setup system-deps docker-engine docker-image demo test coverage bench lint clean
+.PHONY: llama-wheel setup system-deps docker-engine docker-image demo test coverage bench lint clean
 
 setup: system-deps $(VENV)/.installed
 
@@ -31,8 +43,23 @@ $(VENV)/.installed: pyproject.toml Makefile
 	$(PY) -m pip install --quiet --upgrade pip
 	# torch first and exactly this version (a CPU build); any other spec would pull GBs of CUDA
 	$(PY) -m pip install --quiet torch==2.13.0
+	$(MAKE) --no-print-directory llama-wheel
+	$(PY) -m pip install --quiet --no-deps $(LLAMA_WHEELS)/llama_cpp_python-*.whl
 	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]'
+	echo "llama-cpp-python $(LLAMA_CPP_VERSION) $(LLAMA_BUILD): $(LLAMA_CMAKE_$(LLAMA_BUILD))" > $(VENV)/llama-build.txt
+	@echo "embedded engine: llama-cpp-python $(LLAMA_CPP_VERSION), $(LLAMA_BUILD) build ($$(sed 's/.*: //' $(VENV)/llama-build.txt))"
 	touch $@
+
+## Build the embedded engine's wheel once per version and build kind (about 7 minutes on 2 cores).
+## Never from pip's wheel cache: it keys on the source, not on CMAKE_ARGS, and could hand back a native build.
+llama-wheel:
+	@if ls $(LLAMA_WHEELS)/llama_cpp_python-*.whl >/dev/null 2>&1; then \
+	  echo "embedded engine: reusing $$(ls $(LLAMA_WHEELS)/llama_cpp_python-*.whl)"; \
+	else \
+	  echo "embedded engine: building llama-cpp-python $(LLAMA_CPP_VERSION), $(LLAMA_BUILD) build"; \
+	  CMAKE_ARGS="$(LLAMA_CMAKE_$(LLAMA_BUILD))" $(PY) -m pip wheel --quiet --no-deps --no-cache-dir \
+	    --no-binary llama-cpp-python -w $(LLAMA_WHEELS) llama-cpp-python==$(LLAMA_CPP_VERSION); \
+	fi
 
 ## The main job on the embedded defaults: fork the example tasks on the packaged model in bwrap sandboxes.
 demo: setup

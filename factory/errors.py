@@ -38,6 +38,8 @@ from dataclasses import dataclass
 
 __all__ = [
     "ConfigError",
+    "EndpointDownError",
+    "EngineCrashedError",
     "ExportError",
     "ExportValidationError",
     "FactoryError",
@@ -45,14 +47,17 @@ __all__ = [
     "MigrationError",
     "ModelConfigError",
     "ModelError",
+    "ProviderConnectionError",
     "ProviderExhaustedError",
     "ProviderRequestError",
     "ProviderServerError",
     "ProviderTimeoutError",
+    "ProviderUnavailableError",
     "QueryError",
     "RateLimitError",
     "RecordError",
     "ReplayMissError",
+    "RunAbortedError",
     "RunError",
     "SandboxError",
     "SandboxPathError",
@@ -197,6 +202,14 @@ class ProviderTimeoutError(ModelError):
     retryable = True
 
 
+class ProviderConnectionError(ProviderTimeoutError):
+    """The connection to the provider could not be made (nothing listens, refused, unreachable).
+
+    Retried like a timeout; when nothing but these comes back for a whole
+    window, the run's circuit breaker stops the run (:class:`EndpointDownError`).
+    """
+
+
 class ProviderRequestError(ModelError):
     """The provider rejected the request (4xx other than 429)."""
 
@@ -230,12 +243,60 @@ class ProviderExhaustedError(ModelError):
         self.attempts = attempts
 
 
+class ProviderUnavailableError(ModelError):
+    """The provider is gone for the whole run: no branch can go on, so the run stops.
+
+    A branch in flight when it happens is an infrastructure failure; branches
+    not started stay pending, for ``--resume`` once the cause is fixed.
+    """
+
+
+class EndpointDownError(ProviderUnavailableError):
+    """Calls kept failing to connect and none succeeded for a whole window (the circuit breaker tripped).
+
+    Attributes:
+        endpoint: The server (URL or model spec) that does not answer.
+    """
+
+    def __init__(self, message: str, *, endpoint: str):
+        super().__init__(message)
+        self.endpoint = endpoint
+
+
+class EngineCrashedError(ProviderUnavailableError):
+    """An engine running native code in a child process died (a signal, or an exit it did not ask for).
+
+    Attributes:
+        signal: The signal's name (``SIGILL``, ``SIGSEGV``, ``SIGKILL``), or None for a plain exit.
+        returncode: The child's return code.
+    """
+
+    def __init__(self, message: str, *, signal: str | None = None, returncode: int | None = None):
+        super().__init__(message)
+        self.signal = signal
+        self.returncode = returncode
+
+
 class ReplayMissError(ModelError):
     """A replay file holds no response for this request."""
 
 
 class RunError(FactoryError):
     """A fork run cannot start or resume."""
+
+
+class RunAbortedError(RunError):
+    """A fork stopped before its end because its provider became unavailable; ``--resume`` continues it.
+
+    Attributes:
+        run_id: The stopped run.
+        cause: The :class:`ProviderUnavailableError` that stopped it.
+    """
+
+    def __init__(self, message: str, *, run_id: str, cause: ProviderUnavailableError):
+        super().__init__(message)
+        self.run_id = run_id
+        self.cause = cause
 
 
 class ExportError(FactoryError):

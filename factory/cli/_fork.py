@@ -113,7 +113,15 @@ def fork(tasks_file: Path | None, branches: int, model_spec: str | None, base_ur
     Ctrl-C stops cleanly, keeping what finished; --resume RUN_ID continues.
     """
     from factory.errors import ConfigError
-    from factory.models import AdaptiveLimiter, ModelOptions, RecordingModel, ResilientModel, create_model
+    from factory.errors import RunAbortedError
+    from factory.models import (
+        AdaptiveLimiter,
+        CircuitBreaker,
+        ModelOptions,
+        RecordingModel,
+        ResilientModel,
+        create_model,
+    )
     from factory.outputs import refuse_protected
     from factory.rollouts import AgentConfig, ForkConfig, RolloutForkRunner, StoredRun, fork_summary
     from factory.sandbox import NoSandboxWarning, SandboxLimits, default_sandbox_name, sandbox_names
@@ -159,7 +167,8 @@ def fork(tasks_file: Path | None, branches: int, model_spec: str | None, base_ur
         model = create_model(model_spec, ModelOptions(base_url=base_url, threads=threads, timeout_s=request_timeout_s))
         if record is not None:
             model = RecordingModel(model, record)
-        model = ResilientModel(model, limiter=AdaptiveLimiter(concurrency))
+        model = ResilientModel(model, limiter=AdaptiveLimiter(concurrency),
+                               breaker=CircuitBreaker(endpoint=base_url or model.spec))
         pipeline = None
         if not no_verify:
             with warnings_shown(JudgeSameAsPolicyWarning):
@@ -188,6 +197,8 @@ def fork(tasks_file: Path | None, branches: int, model_spec: str | None, base_ur
         started = time.monotonic()
         try:
             asyncio.run(_drive(results, len(tasks) * config.branches, already, model, pipeline, err))
+        except RunAbortedError as exc:  # the provider is gone: one line, and how to go on once it is back
+            raise RunAbortedError(f"{exc} --db {store.path}", run_id=exc.run_id, cause=exc.cause) from None
         except KeyboardInterrupt:
             summary = fork_summary(store, runner.run_id, time.monotonic() - started)
             click.echo(f"\ninterrupted: {summary['branches']} branch(es) of run {runner.run_id} are stored. "
@@ -283,5 +294,11 @@ def _print_summary(summary: dict) -> None:
         mem = summary["memory"]
         click.echo(f"memory: stored {mem['stored']} winner(s), {mem['duplicates']} duplicate(s), "
                    f"{mem['discarded']} discarded; {mem['memories']} memories in total")
+    if summary.get("boundary_limited"):
+        tasks = ", ".join(f"{row['task_id']} {row['boundary_limited']}" for row in summary["per_task"]
+                          if row["boundary_limited"])
+        click.echo(f"boundary-limited: {summary['boundary_limited']} branch(es) failed a test only because something "
+                   f"could not cross the isolation boundary ({tasks}); `factory tasks check TASKS` shows which "
+                   "tasks pass bare but not isolated")
     if summary.get("judge_budget_exhausted"):
         click.echo(f"judge budget exhausted for {summary['judge_budget_exhausted']} sample(s) (scored a neutral 5)")

@@ -1,5 +1,10 @@
 """Policy and judge models, chosen by prefix: ``openai:``, ``anthropic:``, ``vllm:``, ``hf:``, ``local``, ``replay:``.
 
+Engines that run native code (``local``, ``hf``, ``vllm``) run in a child
+process (:class:`ChildEngineModel`): a crash there (SIGILL from an
+instruction the CPU refuses, SIGSEGV, the OOM killer) ends the run with one
+line naming the signal, never the fork's own process.
+
 Providers import their SDKs only when a model is created, and translate SDK
 errors into the :class:`~factory.errors.ModelError` tree.
 """
@@ -24,7 +29,8 @@ from factory.models._gguf import read_gguf_metadata
 from factory.models._http_errors import error_for_status, retry_after_seconds, sdk_errors
 from factory.models._pricing import cost_usd
 from factory.models._replay import RecordingModel, ReplayModel, request_key
-from factory.models._resilience import AdaptiveLimiter, ResilientModel, RetryPolicy
+from factory.models._child import ChildEngineModel, crash_message
+from factory.models._resilience import AdaptiveLimiter, CircuitBreaker, ResilientModel, RetryPolicy
 from factory.models._text_tools import parse_text_tool_calls, render_chat_template
 from factory.models._weights import DEFAULT_WEIGHTS, GGUFWeights, ensure_weights
 
@@ -35,6 +41,8 @@ __all__ = [
     "AdaptiveLimiter",
     "ChatModel",
     "ChatResponse",
+    "ChildEngineModel",
+    "CircuitBreaker",
     "GGUFWeights",
     "Message",
     "ModelOptions",
@@ -47,6 +55,7 @@ __all__ = [
     "Usage",
     "check_base_url",
     "cost_usd",
+    "crash_message",
     "create_model",
     "ensure_weights",
     "error_for_status",

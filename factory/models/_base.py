@@ -10,7 +10,9 @@ their wire formats at the boundary.
 
 from __future__ import annotations
 
+import importlib
 import math
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -21,7 +23,9 @@ from factory.registry import Registry
 
 __all__ = [
     "DEFAULT_REQUEST_TIMEOUT_S",
+    "CHILD_ENGINES",
     "MODELS",
+    "PLUGINS_ENV",
     "ChatModel",
     "ChatResponse",
     "Message",
@@ -31,6 +35,7 @@ __all__ = [
     "Usage",
     "check_base_url",
     "create_model",
+    "load_plugins",
     "model_prefixes",
     "register_model",
 ]
@@ -68,12 +73,17 @@ class ToolCall:
         name: Tool name.
         arguments: Parsed arguments; empty when they did not parse.
         error: Why the arguments could not be parsed, if they could not.
+        origin: How the call arrived: ``native`` (the server's structured tool
+            calls) or ``text`` (written in the reply's text and read by
+            :func:`~factory.models.parse_text_tool_calls`); bookkeeping, not part
+            of the call, so it takes no part in comparisons.
     """
 
     id: str
     name: str
     arguments: dict[str, Any]
     error: str | None = None
+    origin: str = field(default="native", compare=False)
 
     def as_message_part(self) -> dict[str, Any]:
         """The ``tool_calls`` entry of an assistant message."""
@@ -114,8 +124,8 @@ class ChatResponse:
         """Plain data (for replay files and events)."""
         return {
             "text": self.text,
-            "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments, "error": c.error}
-                           for c in self.tool_calls],
+            "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments, "error": c.error,
+                            "origin": c.origin} for c in self.tool_calls],
             "usage": {"input_tokens": self.usage.input_tokens, "output_tokens": self.usage.output_tokens,
                       "cost_usd": self.usage.cost_usd},
             "finish_reason": self.finish_reason,
@@ -125,7 +135,8 @@ class ChatResponse:
     def from_dict(cls, data: Mapping[str, Any]) -> ChatResponse:
         """Inverse of :meth:`to_dict` (missing fields take defaults)."""
         calls = tuple(
-            ToolCall(str(c.get("id") or f"call_{i}"), str(c["name"]), dict(c.get("arguments") or {}), c.get("error"))
+            ToolCall(str(c.get("id") or f"call_{i}"), str(c["name"]), dict(c.get("arguments") or {}), c.get("error"),
+                     "text" if c.get("origin") == "text" else "native")
             for i, c in enumerate(data.get("tool_calls") or ())
         )
         usage = data.get("usage") or {}
@@ -202,6 +213,9 @@ class ModelOptions:
         threads: CPU threads for in-process engines.
         context: Context window for in-process engines.
         extra: Provider-specific settings.
+        in_process: Run an engine that executes native code (``local``, ``hf``, ``vllm``) in this
+            process instead of a child process: no crash isolation (for the engine's own child, and
+            for tests that inspect the engine).
 
     Raises:
         ModelConfigError: A base URL without its scheme, or a timeout that is not a positive number.
@@ -213,6 +227,7 @@ class ModelOptions:
     threads: int | None = None
     context: int = 4096
     extra: Mapping[str, Any] = field(default_factory=dict)
+    in_process: bool = False
 
     def __post_init__(self) -> None:
         if self.base_url is not None:
@@ -223,11 +238,41 @@ class ModelOptions:
 
 #: Model providers by prefix (``openai``, ``replay``, ...); :func:`register_model` adds one.
 MODELS: Registry[Callable[[str, ModelOptions], ChatModel]] = Registry("model provider")
+#: Prefixes whose engines run native code: :func:`create_model` runs them in a child process.
+CHILD_ENGINES: set[str] = set()
+#: Environment variable naming extra modules (comma-separated) that register providers; the
+#: engine's child process imports them too.
+PLUGINS_ENV = "FACTORY_PLUGINS"
 
 
-def register_model(prefix: str) -> Callable[[Callable[[str, ModelOptions], ChatModel]], Callable[..., ChatModel]]:
-    """Register a provider factory ``(name, options) -> ChatModel`` under ``prefix``."""
+def register_model(prefix: str, *, child_process: bool = False
+                   ) -> Callable[[Callable[[str, ModelOptions], ChatModel]], Callable[..., ChatModel]]:
+    """Register a provider factory ``(name, options) -> ChatModel`` under ``prefix``.
+
+    Args:
+        prefix: The spec prefix (``local``, ``openai``, ...).
+        child_process: The engine runs native code in the process that loads it (llama.cpp,
+            torch, vLLM): :func:`create_model` then starts it in a child process and talks to it
+            over a pipe, so that a native crash is contained (``ModelOptions.in_process`` opts out).
+    """
+    if child_process:
+        CHILD_ENGINES.add(prefix)
     return MODELS.register(prefix)
+
+
+def load_plugins() -> list[str]:
+    """Import the modules named in ``FACTORY_PLUGINS`` (providers registered outside the package).
+
+    Raises:
+        ModelConfigError: A named module cannot be imported.
+    """
+    names = [name.strip() for name in os.environ.get(PLUGINS_ENV, "").split(",") if name.strip()]
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise ModelConfigError(f"{PLUGINS_ENV}: cannot import {name}: {exc}") from exc
+    return names
 
 
 def model_prefixes() -> list[str]:
@@ -242,9 +287,21 @@ def create_model(spec: str, options: ModelOptions | None = None) -> ChatModel:
         ModelConfigError: Unknown prefix, or the provider cannot be set up.
     """
     prefix, _, name = spec.partition(":")
+    if prefix not in MODELS:
+        load_plugins()
     if prefix not in MODELS:  # a ModelConfigError naming the spec, not the registry's ConfigError
         raise ModelConfigError(
             f"unknown model provider '{prefix}' in '{spec}' "
             f"(use one of: {', '.join(p + ':' for p in model_prefixes())})"
         )
-    return MODELS.get(prefix)(name, options or ModelOptions())
+    options = options or ModelOptions()
+    provider = MODELS.get(prefix)
+    if prefix in CHILD_ENGINES and not options.in_process:
+        from factory.models._child import ChildEngineModel
+
+        precheck = getattr(provider, "precheck", None)  # what can be refused without starting the engine
+        if precheck is not None:
+            precheck(name)
+        return ChildEngineModel(spec, options)
+    return provider(name, options)
+

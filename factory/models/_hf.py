@@ -179,6 +179,17 @@ class HFChatModel:
             self._torch.cuda.empty_cache()
 
 
-@register_model("hf")
+@register_model("hf", child_process=True)
 def _create(name: str, options: ModelOptions) -> HFChatModel:
     return HFChatModel(name, options)
+
+
+def _precheck(name: str) -> None:
+    """In the fork's process, before the engine's child starts: a local folder is a checkpoint."""
+    if not name:
+        raise ModelConfigError("hf: needs a model folder or hub id, e.g. hf:./runs/sft/merged")
+    if _looks_local(name) and not (Path(name).expanduser() / "config.json").is_file():
+        raise ModelConfigError(f"hf: {name} is not a transformers checkpoint (no config.json in it)")
+
+
+_create.precheck = _precheck  # type: ignore[attr-defined]

@@ -11,6 +11,7 @@ from typing import TypeVar
 from factory.errors import (
     MalformedResponseError,
     ModelError,
+    ProviderConnectionError,
     ProviderRequestError,
     ProviderServerError,
     ProviderTimeoutError,
@@ -62,7 +63,7 @@ def sdk_errors(sdk: ModuleType, provider: str) -> Iterator[None]:
     except sdk.APITimeoutError as exc:
         raise ProviderTimeoutError(f"{provider}: request timed out: {exc}") from exc
     except sdk.APIConnectionError as exc:
-        raise ProviderTimeoutError(f"{provider}: connection failed: {exc}") from exc
+        raise ProviderConnectionError(f"{provider}: connection failed: {exc}") from exc
     except (sdk.APIResponseValidationError, ValueError, TypeError) as exc:
         raise MalformedResponseError(f"{provider}: malformed response: {exc}") from exc
 

@@ -1,6 +1,8 @@
 """``local``: the embedded offline default, llama.cpp in process (llama-cpp-python).
 
-``local`` (or ``local:``) uses the packaged Qwen2.5-Coder-0.5B-Instruct GGUF;
+By default it runs in a child process (:class:`~factory.models.ChildEngineModel`):
+a native crash there (an instruction the CPU refuses) ends the run with one
+line, not the fork. ``local`` (or ``local:``) uses the packaged Qwen2.5-Coder-0.5B-Instruct GGUF;
 ``local:/path/model.gguf`` takes any GGUF that carries a chat template (one
 without is refused: the prompt format would be a guess). Prompts are rendered
 with the GGUF's own template, tools included, and ``<tool_call>`` blocks in
@@ -25,6 +27,19 @@ from factory.models._weights import ensure_weights
 __all__ = ["LocalChatModel"]
 
 
+def _check_gguf(path: Path) -> None:
+    """Refuse a file that is not a GGUF with a chat template, before any engine loads it.
+
+    Raises:
+        ModelConfigError: No such file, not a GGUF, or no chat template (the prompt format would be a guess).
+    """
+    if not path.is_file():
+        raise ModelConfigError(f"local: no GGUF file at {path}")
+    if not read_gguf_metadata(path).get("tokenizer.chat_template"):
+        raise ModelConfigError(f"local: {path} has no chat template (tokenizer.chat_template); "
+                               "use a GGUF converted with its chat template")
+
+
 class LocalChatModel:
     """A GGUF model run by llama.cpp in this process."""
 
@@ -35,12 +50,7 @@ class LocalChatModel:
             raise ModelConfigError(
                 "llama-cpp-python is not installed: CMAKE_ARGS=\"-DLLAVA_BUILD=OFF\" "
                 "pip install 'factory-rlaif[local]'") from exc
-        if not path.is_file():
-            raise ModelConfigError(f"local: no GGUF file at {path}")
-        # Refuse before loading: without the model's own template the prompt format would be a guess.
-        if not read_gguf_metadata(path).get("tokenizer.chat_template"):
-            raise ModelConfigError(f"local: {path} has no chat template (tokenizer.chat_template); "
-                                   "use a GGUF converted with its chat template")
+        _check_gguf(path)
         threads = options.threads or int(os.environ.get("FACTORY_THREADS", "0")) or os.cpu_count() or 1
         try:
             self._llm = Llama(model_path=str(path), n_ctx=options.context, n_threads=threads,
@@ -104,8 +114,16 @@ class LocalChatModel:
         self._llm.close()
 
 
-@register_model("local")
+@register_model("local", child_process=True)
 def _create(name: str, options: ModelOptions) -> LocalChatModel:
     if name:
         return LocalChatModel(Path(name).expanduser(), options, f"local:{name}")
     return LocalChatModel(ensure_weights(), options, "local")
+
+
+def _precheck(name: str) -> None:
+    """In the fork's process, before the engine's child starts: the weights are there and usable."""
+    _check_gguf(Path(name).expanduser() if name else ensure_weights())
+
+
+_create.precheck = _precheck  # type: ignore[attr-defined]

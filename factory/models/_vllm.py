@@ -152,6 +152,6 @@ class VLLMChatModel:
         await self._batcher.aclose()
 
 
-@register_model("vllm")
+@register_model("vllm", child_process=True)
 def _create(name: str, options: ModelOptions) -> VLLMChatModel:
     return VLLMChatModel(name, options)

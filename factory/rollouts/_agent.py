@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from factory.errors import FactoryError, ModelError, SandboxError
+from factory.errors import FactoryError, ModelError, ProviderUnavailableError, SandboxError
 from factory.models import ChatModel, Message, Usage
 from factory.rollouts._tools import AGENT_TOOLS, execute_tool
 from factory.sandbox import Sandbox, summarize_tool_output
@@ -102,6 +102,8 @@ class AgentResult:
         events: Timestamped steps, typed by kind.
         usage: Tokens and cost summed over the branch.
         error: Why the branch failed, for status ``error``.
+        fatal: The provider is gone for the whole run (a crashed engine, an endpoint that does not
+            answer): the runner stops the run after this branch.
     """
 
     status: str
@@ -111,6 +113,7 @@ class AgentResult:
     events: list[BranchEvent]
     usage: Usage
     error: str | None = None
+    fatal: ProviderUnavailableError | None = None
 
 
 @dataclass
@@ -200,7 +203,8 @@ class ToolCallingAgent:
                     return AgentResult(BranchStatus.INVALID_ACTION, None, messages, sequence, recorder.events,
                                        usage, error="tool call in a single-turn task")
                 for call in response.tool_calls:
-                    recorder.add(ToolCallEvent, id=call.id, name=call.name, arguments=call.arguments, error=call.error)
+                    recorder.add(ToolCallEvent, id=call.id, name=call.name, arguments=call.arguments, error=call.error,
+                                 origin=call.origin)
                     outcome = await execute_tool(call, sandbox, self.config.tool_timeout_s)
                     summary = summarize_tool_output(outcome.output, max_bytes=self.config.summary_bytes)
                     recorder.add(ToolResultEvent, id=call.id, name=call.name, ok=outcome.ok, output=summary)
@@ -219,4 +223,5 @@ class ToolCallingAgent:
             # policy's (tool errors the policy caused come back to it as tool results, above).
             recorder.add(ErrorEvent, type=type(exc).__name__, message=str(exc))
             return AgentResult(BranchStatus.INFRA_ERROR, None, messages, sequence, recorder.events, usage,
-                               error=f"{type(exc).__name__}: {exc}")
+                               error=f"{type(exc).__name__}: {exc}",
+                               fatal=exc if isinstance(exc, ProviderUnavailableError) else None)

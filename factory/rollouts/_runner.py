@@ -28,7 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from factory.errors import ConfigError, RunError
+from factory.errors import ConfigError, ProviderUnavailableError, RunAbortedError, RunError
 from factory.models import ChatModel, Usage
 from factory.provenance import content_hash, git_sha, package_version
 from factory.rollouts._agent import AgentConfig, AgentResult, BranchStatus, ToolCallingAgent
@@ -225,6 +225,7 @@ class BranchResult:
     events: list[BranchEvent]
     workspace: WorkspaceSnapshot | None = None
     verdicts: list[Any] = field(default_factory=list)
+    fatal: ProviderUnavailableError | None = field(default=None, repr=False)
 
     @property
     def objective_pass(self) -> bool | None:
@@ -402,6 +403,7 @@ class RolloutForkRunner:
             final_answer=result.final_answer, trajectory=result.messages,
             tool_call_sequence=result.tool_call_sequence, usage=result.usage, started_at=started,
             finished_at=utc_now(), error=result.error, events=events, workspace=workspace, verdicts=verdicts,
+            fatal=result.fatal,
         )
 
     def _flush(self, results: list[BranchResult]) -> None:
@@ -467,6 +469,10 @@ class RolloutForkRunner:
         preflight = getattr(SANDBOXES.get(self.config.sandbox), "preflight", None)  # any factory may register
         if preflight is not None:
             await asyncio.to_thread(preflight, {task.image for task in tasks})
+        # So must a model that cannot answer here (an engine that died loading): nothing is written.
+        model_preflight = getattr(self.model, "preflight", None)
+        if model_preflight is not None:
+            await model_preflight()
         if resume:
             if existing is None:
                 raise RunError(f"no run {self.run_id} to resume in {self.store.path}")
@@ -490,44 +496,58 @@ class RolloutForkRunner:
         todo: asyncio.Queue[tuple[Task, int]] = asyncio.Queue()
         for item in plan:
             todo.put_nowait(item)
-        finished: asyncio.Queue[BranchResult] = asyncio.Queue()
+        finished: asyncio.Queue[BranchResult | None] = asyncio.Queue()  # None: a worker stopped
+        fatal: list[ProviderUnavailableError] = []  # the provider is gone: no new branch starts
 
         async def worker() -> None:
-            while True:
-                try:
-                    task, index = todo.get_nowait()
-                except asyncio.QueueEmpty:
-                    return
-                finished.put_nowait(await self._run_branch(
-                    task, index, per_branch_temps[index], per_branch_seeds[index], primers.get(task.id)))
+            try:
+                while not fatal:
+                    try:
+                        task, index = todo.get_nowait()
+                    except asyncio.QueueEmpty:
+                        return
+                    result = await self._run_branch(
+                        task, index, per_branch_temps[index], per_branch_seeds[index], primers.get(task.id))
+                    if result.fatal is not None and not fatal:
+                        fatal.append(result.fatal)
+                    finished.put_nowait(result)
+            finally:
+                finished.put_nowait(None)
 
         with sandbox_owner(self.run_id):  # the workers' sandboxes go in this run's folder
             workers = [asyncio.create_task(worker()) for _ in range(min(self.config.concurrency, len(plan)))]
         buffer: list[BranchResult] = []
-        stored = 0
+        live = len(workers)
         completed = False
         try:
-            while stored < len(plan):
-                buffer.append(await finished.get())
+            while live:
+                item = await finished.get()
+                if item is None:
+                    live -= 1
+                else:
+                    buffer.append(item)
                 deadline = time.monotonic() + self.config.flush_interval_s
-                while len(buffer) < self.config.flush_max and stored + len(buffer) < len(plan):
-                    if not finished.empty():
-                        buffer.append(finished.get_nowait())
-                        continue
+                while buffer and live and len(buffer) < self.config.flush_max:
                     remaining = deadline - time.monotonic()
-                    if remaining <= 0:
+                    if finished.empty() and remaining <= 0:
                         break
                     try:
-                        buffer.append(await asyncio.wait_for(finished.get(), remaining))
+                        item = finished.get_nowait() if not finished.empty() else \
+                            await asyncio.wait_for(finished.get(), remaining)
                     except asyncio.TimeoutError:
                         break
+                    if item is None:
+                        live -= 1
+                    else:
+                        buffer.append(item)
+                if not buffer:
+                    continue
                 batch, buffer = buffer, []
                 # The write runs in a thread so branches keep going meanwhile.
                 await asyncio.to_thread(self._flush, batch)
-                stored += len(batch)
                 for result in batch:
                     yield result
-            completed = True
+            completed = not fatal
         finally:
             # Everything that keeps data runs before the first await: an
             # abandoned iterator is closed during loop shutdown, when awaits
@@ -535,7 +555,9 @@ class RolloutForkRunner:
             for task in workers:
                 task.cancel()
             while not finished.empty():  # finished while we were stopping: keep them
-                buffer.append(finished.get_nowait())
+                item = finished.get_nowait()
+                if item is not None:
+                    buffer.append(item)
             try:
                 if buffer:
                     self._flush(buffer)
@@ -543,3 +565,8 @@ class RolloutForkRunner:
                 self.store.update_run(self.run_id, status="finished" if completed else "interrupted",
                                       finished_at=utc_now())
             await asyncio.gather(*workers, return_exceptions=True)
+        if fatal:
+            raise RunAbortedError(
+                f"{fatal[0]} — run {self.run_id} stopped: the branches in flight are infra_error, "
+                f"{todo.qsize()} were not started; once fixed, resume with: factory fork --resume {self.run_id}",
+                run_id=self.run_id, cause=fatal[0])

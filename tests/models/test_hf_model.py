@@ -24,7 +24,7 @@ QUESTION = [{"role": "system", "content": "You are a careful assistant."},
 
 @pytest.fixture(scope="module")
 def hf_model(tiny_model):
-    model = create_model("hf:" + tiny_model, ModelOptions(threads=1))
+    model = create_model("hf:" + tiny_model, ModelOptions(threads=1, in_process=True))
     yield model
     asyncio.run(model.aclose())
 

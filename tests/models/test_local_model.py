@@ -33,7 +33,8 @@ def default_gguf(weights_cache):
 
 @pytest.fixture(scope="module")
 def local_model(default_gguf):
-    model = create_model(f"local:{default_gguf}", ModelOptions(threads=2, context=2048))
+    """The engine in this process (to inspect its prompt); a fork runs it in a child (below)."""
+    model = create_model(f"local:{default_gguf}", ModelOptions(threads=2, context=2048, in_process=True))
     yield model
     asyncio.run(model.aclose())
 
@@ -109,3 +110,19 @@ def test_real_generation_is_seeded_and_counted(local_model):
     assert first.text and first.text == second.text
     assert first.usage.input_tokens > 10 and 0 < first.usage.output_tokens <= 12
     assert first.usage.cost_usd == 0.0
+
+
+def test_by_default_the_engine_runs_in_a_child_and_answers_as_in_process(local_model, default_gguf):
+    from factory.models import ChildEngineModel
+
+    child = create_model(f"local:{default_gguf}", ModelOptions(threads=2, context=2048))
+    try:
+        assert isinstance(child, ChildEngineModel) and child.spec == f"local:{default_gguf}"
+        messages = [{"role": "system", "content": "Answer with one word."},
+                    {"role": "user", "content": "What color is grass?"}]
+        tool = ToolSpec("submit", "Submit the answer", {"type": "object", "properties": {"answer": {"type": "string"}}})
+        there = asyncio.run(child.chat(messages, [tool], temperature=0.8, seed=5, max_tokens=16))
+        here = asyncio.run(local_model.chat(messages, [tool], temperature=0.8, seed=5, max_tokens=16))
+        assert there == here  # the same engine, the same seed: the same reply, tool calls included
+    finally:
+        asyncio.run(child.aclose())
