@@ -11,25 +11,60 @@ hangs up: import a module, get/set/delete an attribute, call, and the few
 operations containers need (``len``, ``iter``, ``next``, item access,
 ``in``, ``str``, ``repr``, ``isinstance``) and arithmetic operators.
 
-Results cross as plain data when their type is exactly a plain type, and as
-handles otherwise; exceptions cross as their class name and message (a
-builtin class by name, a solution class by handle). Nothing in this process
-is trusted: the agent's code can rewrite every line of it at run time, and
-all it gains is the ability to send the trusted side other plain data.
+Results cross as plain data when their type is exactly a plain type; value
+objects (dataclasses with a generated ``__eq__``, namedtuples, enum
+members, the standard library's value types) as snapshots of their fields;
+the lists, dicts, sets and bytearrays an attribute read returns (module
+state such as a registry) as live handles; anything else as a handle.
+Exceptions cross as their class name and message (a builtin class by name,
+a solution class by handle).
+
+Objects of the test passed to a call arrive as :class:`TrustedObject`
+handles: calling one (a key function, a callback, a test function the
+solution decorated) asks the trusted side to run it there, and the solution
+waits for the answer while serving the calls that code makes back into it.
+The containers a call received are sent back after it (write-back). What the
+solution prints, logs and warns during a call travels with its messages and
+is re-emitted on the trusted side; the test's environment changes and
+working directory arrive with each call.
+
+Nothing in this process is trusted: the agent's code can rewrite every line
+of it at run time, and all it gains is the ability to send the trusted side
+other data, which the trusted side decodes into its own classes only.
 """
 
 from __future__ import annotations
 
 import builtins
+import collections
+import dataclasses
+import enum
+import io
+import logging
 import os
 import socket
 import sys
+import tempfile
 import types
+import warnings
 
 if __name__ != "__main__":  # imported on the host (tests); in the sandbox _wire's source precedes this
-    from factory.verifiers._wire import Channel, WireError, decode_value, encode_value
+    from factory.verifiers._wire import (
+        Channel,
+        Endpoint,
+        Refs,
+        WireError,
+        container_states,
+        decode_value,
+        encode_value,
+        states_of,
+        write_back,
+    )
 
-__all__ = ["SolutionServer", "serve"]
+__all__ = ["SolutionServer", "TrustedObject", "serve"]
+
+_RELAY_LIMIT = 1 << 20  # bytes of output relayed with one message
+_LIVE = (list, dict, set, bytearray)
 
 
 def _builtin_exception_name(cls):
@@ -40,21 +75,198 @@ def _builtin_exception_name(cls):
     return "Exception"
 
 
-class SolutionServer:
+def _generated_eq(cls):
+    """Whether ``cls`` is a dataclass whose ``__eq__`` is the one dataclasses generated for it."""
+    params = getattr(cls, "__dataclass_params__", None)
+    if params is None or not params.eq:
+        return False
+    for klass in cls.__mro__:  # the class that defines __eq__ must be a dataclass that generated it
+        if "__eq__" in klass.__dict__:
+            eq = klass.__dict__["__eq__"]
+            return ("__dataclass_params__" in klass.__dict__ and klass.__dict__["__dataclass_params__"].eq
+                    and getattr(getattr(eq, "__code__", None), "co_filename", None) == "<string>")
+    return False
+
+
+def _is_namedtuple(value):
+    cls = type(value)
+    fields = getattr(cls, "_fields", None)
+    return (isinstance(value, tuple) and type(fields) is tuple and len(fields) == len(value)
+            and all(type(f) is str for f in fields) and cls.__eq__ is tuple.__eq__)
+
+
+class TrustedObject:
+    """A handle on an object of the test (a callback, a key function, a mock, a file): it runs there."""
+
+    __slots__ = ("_server", "_key", "_kind", "_name")
+
+    def __init__(self, server, key, kind, name):
+        object.__setattr__(self, "_server", server)
+        object.__setattr__(self, "_key", key)
+        object.__setattr__(self, "_kind", kind)
+        object.__setattr__(self, "_name", name)
+
+    def _op(self, op, **fields):
+        return object.__getattribute__(self, "_server").request(op, rh=object.__getattribute__(self, "_key"),
+                                                                 **fields)
+
+    def __call__(self, *args, **kwargs):
+        return object.__getattribute__(self, "_server").call_trusted(object.__getattribute__(self, "_key"),
+                                                                      args, kwargs)
+
+    def __getattr__(self, name):
+        return self._op("getattr", name=name)
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"objects of the test are read-only to the solution ({name})")
+
+    def __delattr__(self, name):
+        raise AttributeError(f"objects of the test are read-only to the solution ({name})")
+
+    def __iter__(self):
+        return self._op("iter")
+
+    def __next__(self):
+        return self._op("next")
+
+    def __len__(self):
+        return self._op("len")
+
+    def __bool__(self):
+        return self._op("bool") is True
+
+    def __contains__(self, item):
+        return self._op("contains", v=object.__getattribute__(self, "_server").encode(item)) is True
+
+    def __getitem__(self, key):
+        return self._op("getitem", key=object.__getattribute__(self, "_server").encode(key))
+
+    def __enter__(self):
+        return self._op("enter")
+
+    def __exit__(self, *exc_info):
+        return self._op("exit", failed=exc_info[0] is not None) is True
+
+    def __repr__(self):
+        return self._op("repr")
+
+    def __str__(self):
+        return self._op("str")
+
+    def __eq__(self, other):
+        return type(other) is TrustedObject and object.__getattribute__(other, "_key") == \
+            object.__getattribute__(self, "_key")
+
+    def __hash__(self):
+        return hash(("trusted", object.__getattribute__(self, "_key")))
+
+    @property
+    def __doc__(self):
+        return self._op("getattr", name="__doc__")
+
+    @property
+    def __module__(self):
+        return self._op("getattr", name="__module__")
+
+
+class _LogRelay(logging.Handler):
+    """Keeps the solution's log records for the next message to the trusted side."""
+
+    def __init__(self, server):
+        super().__init__(logging.NOTSET)
+        self.server = server
+
+    def emit(self, record):
+        try:
+            message = record.getMessage()
+        except Exception:
+            message = str(record.msg)
+        self.server.logs.append([str(record.name)[:200], int(record.levelno), message[:20_000],
+                                 str(record.pathname)[:300], int(record.lineno or 0)])
+
+
+class SolutionServer(Endpoint):
     """Objects of the solution, kept by handle, and the operations on them."""
 
     def __init__(self, channel):
-        self.channel = channel
+        super().__init__(channel)
         self.objects = {}
         self.ids = {}
+        self.trusted = {}
+        self.logs = []
+        self.warns = []
+        self.base_env = dict(os.environ)
+        self.outputs = []  # [(stream name, file, offset)]
 
-    def handle_of(self, obj):
+    # ------------------------------------------------------------ relaying
+
+    def capture(self):
+        """Send fds 1 and 2 to files read back with every message: print, os.write and children alike."""
+        for fd, name in ((1, "out"), (2, "err")):
+            sink = tempfile.TemporaryFile()
+            os.dup2(sink.fileno(), fd)
+            self.outputs.append((name, sink, 0))
+        sys.stdout = io.TextIOWrapper(os.fdopen(1, "wb", closefd=False), line_buffering=True)
+        sys.stderr = io.TextIOWrapper(os.fdopen(2, "wb", closefd=False), line_buffering=True)
+        logging.getLogger().addHandler(_LogRelay(self))
+        logging.getLogger().setLevel(logging.DEBUG)  # the trusted side's loggers decide what is kept
+        warnings.simplefilter("always")
+        warnings.showwarning = self.keep_warning
+
+    def keep_warning(self, message, category, filename, lineno, file=None, line=None):
+        self.warns.append([self.encode(category), str(message)[:20_000], str(filename)[:300], int(lineno or 0)])
+
+    def outgoing(self, message):
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        for position, (name, sink, offset) in enumerate(self.outputs):
+            end = os.fstat(sink.fileno()).st_size
+            if end > offset:
+                data = os.pread(sink.fileno(), min(end - offset, _RELAY_LIMIT), offset)
+                self.outputs[position] = (name, sink, end)
+                message[name] = data.decode("utf-8", errors="replace")
+        if self.logs:
+            message["logs"], self.logs = self.logs[:1000], []
+        if self.warns:
+            message["warns"], self.warns = self.warns[:1000], []
+        return message
+
+    def apply_context(self, request):
+        """The test's environment changes and working directory, before its call runs."""
+        env = request.get("env")
+        if type(env) is dict:
+            wanted = dict(self.base_env)
+            wanted.update({str(k): str(v) for k, v in (env.get("set") or {}).items()})
+            for key in env.get("unset") or []:
+                wanted.pop(str(key), None)
+            for key in [k for k in os.environ if k not in wanted]:
+                del os.environ[key]
+            for key, value in wanted.items():
+                if os.environ.get(key) != value:
+                    os.environ[key] = value
+        cwd = request.get("cwd")
+        if type(cwd) is str:
+            try:
+                os.chdir(cwd)
+            except OSError:
+                pass  # a directory only the trusted sandbox has
+
+    # ------------------------------------------------------------ encoding
+
+    def handle_of(self, obj, live=False):
         key = id(obj)
         if key not in self.ids:
             self.ids[key] = len(self.objects) + 1
             self.objects[self.ids[key]] = obj
         handle = {"h": self.ids[key], "type": type(obj).__name__}
-        if isinstance(obj, types.ModuleType):
+        if live and type(obj) in _LIVE:
+            handle["k"] = "live"
+            handle["type"] = type(obj).__name__
+            handle["v"] = self.encode(obj)
+        elif isinstance(obj, types.ModuleType):
             handle["k"] = "module"
             handle["name"] = obj.__name__
             handle["package"] = hasattr(obj, "__path__")
@@ -65,6 +277,8 @@ class SolutionServer:
                 handle["exc"] = _builtin_exception_name(obj)
                 handle["bases"] = [self.handle_of(base) for base in obj.__bases__
                                    if getattr(builtins, base.__name__, None) is not base]
+            elif issubclass(obj, enum.Enum):
+                handle["members"] = self.enum_members(obj)
         elif callable(obj):
             handle["k"] = "callable"
             handle["name"] = getattr(obj, "__qualname__", type(obj).__name__)
@@ -72,17 +286,71 @@ class SolutionServer:
             handle["k"] = "object"
         return handle
 
+    def enum_members(self, cls):
+        base = ("intflag" if issubclass(cls, enum.IntFlag) else "flag" if issubclass(cls, enum.Flag)
+                else "int" if issubclass(cls, int) else "str" if issubclass(cls, str) else "")
+        return {"base": base, "list": [[name, self.encode(member.value)]
+                                       for name, member in cls.__members__.items()][:1000]}
+
+    def objects_of(self, value, nested):
+        """Value objects of the solution as snapshots; the test's handles and builtins by name."""
+        kind = type(value)
+        if kind is TrustedObject:
+            return {"rh": object.__getattribute__(value, "_key")}
+        if isinstance(value, enum.Enum) and isinstance(kind, enum.EnumMeta):
+            return {"en": [self.handle_of(kind), str(value.name)]}
+        if _is_namedtuple(value):
+            return {"nt": [self.handle_of(kind), kind.__name__, list(kind._fields), [nested(v) for v in value]]}
+        if dataclasses.is_dataclass(value) and not isinstance(value, type) and _generated_eq(kind):
+            params = kind.__dataclass_params__
+            fields = [f.name for f in dataclasses.fields(value) if f.compare]
+            return {"dc": [self.handle_of(value), self.handle_of(kind), kind.__name__,
+                           [[name, nested(getattr(value, name))] for name in fields],
+                           bool(params.order), bool(params.frozen)]}
+        if kind in (type, types.BuiltinFunctionType) and getattr(builtins, getattr(value, "__name__", ""),
+                                                                  None) is value:
+            return {"bi": value.__name__}
+        return None
+
+    def objects_from(self, tag, body, nested):
+        """The side tags the trusted side sends: namedtuples, enum members, builtins and modules by name."""
+        if tag == "bi":
+            return getattr(builtins, body)
+        if tag == "mod":
+            import importlib
+
+            return importlib.import_module(body)
+        if tag == "nt":
+            cls = self.resolve(body[0]) if body[0] is not None else None
+            values = [nested(v) for v in body[3]]
+            if isinstance(cls, type) and issubclass(cls, tuple):
+                return cls(*values)
+            return collections.namedtuple(body[1], body[2])(*values)
+        if tag == "en":
+            return self.resolve(body[0])[body[1]]
+        if tag == "dc":
+            return self.resolve(body[0])
+        raise WireError(f"unknown tag {tag!r}")
+
     def resolve(self, data):
+        if "rh" in data:
+            return self.trusted_proxy(data)
         try:
             return self.objects[data["h"]]
         except (KeyError, TypeError):
             raise WireError(f"unknown handle {data!r}") from None
 
-    def value(self, data):
-        return decode_value(data, self.resolve)
+    def trusted_proxy(self, data):
+        key = data["rh"]
+        if key not in self.trusted:
+            self.trusted[key] = TrustedObject(self, key, data.get("k"), data.get("name"))
+        return self.trusted[key]
 
-    def encode(self, value):
-        return encode_value(value, self.handle_of)
+    def value(self, data, refs=None):
+        return decode_value(data, self.resolve, refs=refs, objects=self.objects_from)
+
+    def encode(self, value, refs=None, record=False):
+        return encode_value(value, self.handle_of, refs=refs, record=record, objects=self.objects_of)
 
     def encode_exception(self, exc):
         cls = type(exc)
@@ -91,10 +359,46 @@ class SolutionServer:
             message = str(exc)
         except Exception:
             message = f"<unprintable {cls.__name__}>"
-        return {"type": cls.__name__ if builtin else _builtin_exception_name(cls), "builtin": builtin,
+        info = {"type": cls.__name__ if builtin else _builtin_exception_name(cls), "builtin": builtin,
                 "cls": None if builtin else self.handle_of(cls), "message": message[:2000]}
+        token = getattr(exc, "_factory_token", None)
+        if type(token) is int:
+            info["token"] = token
+        return info
 
-    def dispatch(self, request):
+    # ------------------------------------------------------------ requests to the trusted side
+
+    def request(self, op, **fields):
+        """Ask the trusted side (an operation on one of its objects); raise what it raised."""
+        reply = self.exchange({"op": op, **fields})
+        return self.result(reply, None)
+
+    def call_trusted(self, key, args, kwargs):
+        refs = Refs()
+        reply = self.exchange({"op": "call", "rh": key,
+                               "a": [self.encode(a, refs, True) for a in args],
+                               "k": [[str(k), self.encode(v, refs, True)] for k, v in kwargs.items()]})
+        return self.result(reply, refs)
+
+    def result(self, reply, refs):
+        if refs is not None and reply.get("wb"):
+            from_wire = self.value
+
+            write_back(refs, reply["wb"], lambda data: from_wire(data, refs))
+        if "exc" in reply:
+            info = reply["exc"] if type(reply["exc"]) is dict else {}
+            base = getattr(builtins, str(info.get("type")), None)
+            if not (isinstance(base, type) and issubclass(base, BaseException)):
+                base = Exception
+            exc = base(str(info.get("message", "")))
+            if type(info.get("token")) is int:
+                exc._factory_token = info["token"]
+            raise exc
+        return self.value(reply.get("ok"), refs)
+
+    # ------------------------------------------------------------ requests from the trusted side
+
+    def dispatch(self, request, refs):
         op = request["op"]
         if op == "import":
             import importlib
@@ -110,9 +414,20 @@ class SolutionServer:
             delattr(target, request["name"])
             return None
         if op == "call":
-            args = [self.value(a) for a in request["a"]]
-            kwargs = {name: self.value(v) for name, v in request["k"]}
+            args = [self.value(a, refs) for a in request["a"]]
+            kwargs = {name: self.value(v, refs) for name, v in request["k"]}
+            refs.before = container_states(refs, self.nested_encoder(refs))
             return target(*args, **kwargs)
+        if op == "callmethod":
+            args = [self.value(a, refs) for a in request["a"]]
+            refs.before = container_states(refs, self.nested_encoder(refs))
+            return getattr(target, request["name"])(*args)
+        if op == "snapshot":
+            if type(target) not in _LIVE:
+                raise TypeError("not a container")
+            return target
+        if op == "members":
+            return self.enum_members(target)
         if op == "len":
             return len(target)
         if op == "iter":
@@ -135,6 +450,8 @@ class SolutionServer:
             return self.value(request["v"]) in target
         if op == "isinstance":
             return isinstance(target, self.resolve(request["cls"]))
+        if op == "issubclass":
+            return isinstance(target, type) and issubclass(target, self.resolve(request["cls"]))
         if op == "binop":  # arithmetic the solution's objects define (+, -, *, ...): their own semantics
             import operator
 
@@ -149,27 +466,47 @@ class SolutionServer:
             return sorted(str(name) for name in dir(target))
         raise WireError(f"unknown operation {op!r}")
 
+    def serve_one(self, request):
+        self.apply_context(request)
+        refs = Refs()
+        try:
+            result = self.dispatch(request, refs)
+            op = request.get("op")
+            if type(result) in _LIVE and (op == "getattr" or (op == "callmethod"
+                                                               and result is self.resolve(request["h"]))):
+                value = self.handle_of(result, live=True)  # module state: a live handle, not a copy
+            else:
+                value = self.encode(result, refs)
+            reply = {"ok": value}
+        except WireError as exc:
+            reply = {"exc": {"type": "TypeError", "builtin": True, "cls": None, "message": str(exc)}}
+        except BaseException as exc:  # SystemExit, KeyboardInterrupt too: they cross as errors
+            try:
+                reply = {"exc": self.encode_exception(exc)}
+            except BaseException:
+                reply = {"exc": {"type": "Exception", "builtin": True, "cls": None,
+                                 "message": "the solution raised an exception that could not be described"}}
+        if refs.objects:
+            try:
+                reply["wb"] = states_of(refs, getattr(refs, "before", []), self.nested_encoder(refs))
+            except BaseException:
+                pass
+        return reply
+
+    def nested_encoder(self, refs):
+        return lambda item: self.encode(item, refs)
+
     def serve(self):
         while True:
             try:
                 request = self.channel.receive()
             except EOFError:
                 return
+            reply = self.serve_one(request)
             try:
-                reply = {"ok": self.encode(self.dispatch(request))}
+                self.send(reply)
             except WireError as exc:
-                reply = {"exc": {"type": "TypeError", "builtin": True, "cls": None, "message": str(exc)}}
-            except BaseException as exc:  # SystemExit, KeyboardInterrupt too: they cross as errors
-                try:
-                    reply = {"exc": self.encode_exception(exc)}
-                except BaseException:
-                    reply = {"exc": {"type": "Exception", "builtin": True, "cls": None,
-                                     "message": "the solution raised an exception that could not be described"}}
-            try:
-                self.channel.send(reply)
-            except WireError as exc:
-                self.channel.send({"exc": {"type": "TypeError", "builtin": True, "cls": None,
-                                           "message": str(exc)}})
+                self.send({"exc": {"type": "TypeError", "builtin": True, "cls": None, "message": str(exc)}})
 
 
 def serve(settings):
@@ -188,10 +525,12 @@ def serve(settings):
     listener.close()
     os.unlink(path)
     connection.settimeout(None)
+    server = SolutionServer(Channel(connection))
+    server.capture()
     # Agent code becomes importable only now, after the one trusted peer is connected, and last on the
     # path: nothing in the workspace shadows the standard library or an installed package.
     sys.path.extend(os.path.abspath(root) for root in settings["paths"])
-    SolutionServer(Channel(connection)).serve()
+    server.serve()
 
 
 if __name__ == "__main__":

@@ -7,44 +7,171 @@ uses the standard library only and defines nothing that depends on
 ``factory``.
 
 Frames are a 4-byte big-endian length and a UTF-8 JSON body, at most
-``MAX_FRAME`` bytes. Values are *plain data* only, each tagged so that the
-type survives exactly: ``None``, ``bool``, ``int``, ``float``, ``complex``,
-``str``, ``bytes``, ``range`` and ``list``/``tuple``/``dict``/``set``/``frozenset`` of
-them, plus handles (``{"h": id, ...}``) standing for objects that stay in the
-solution's process. Encoding checks exact types (``type(x) is int``, never
-``isinstance``), so an ``int`` subclass with a lying ``__eq__`` can only
-cross as a handle; decoding accepts nothing but these tags and rebuilds
-nothing but builtins, so whatever the solution sends cannot run code on the
-trusted side.
+``MAX_FRAME`` bytes. Values are tagged so that the type survives exactly:
+
+- *plain data*: ``None``, ``bool``, ``int``, ``float``, ``complex``, ``str``,
+  ``bytes``, ``bytearray``, ``range`` and ``list``/``tuple``/``dict``/``set``/
+  ``frozenset`` of them;
+- *value objects* of the standard library, rebuilt by the receiver from
+  their fields with its own classes: ``datetime``/``date``/``time``/
+  ``timedelta`` (subclasses cross as the base class), ``Decimal``,
+  ``Fraction``, pure and concrete paths, and dict views;
+- *handles*: ``{"h": id, ...}`` for an object that stays in the solution's
+  process, ``{"rh": id, ...}`` for one that stays in the trusted process;
+- each side's own value tags (``objects``: namedtuples, dataclass and enum
+  snapshots, builtins and standard modules by name), decoded only by the
+  hook that side passes;
+- *write-back* markers (``{"m": [index, body]}``, ``{"mr": index}``): the
+  mutable containers (list, dict, set, bytearray) passed as arguments of
+  one call, numbered so that the callee can send their final state back
+  and the caller can write it into its own objects (see :class:`Refs`).
+
+Encoding checks exact types (``type(x) is int``, never ``isinstance``), so
+an ``int`` subclass with a lying ``__eq__`` can only cross as a handle;
+decoding accepts nothing but these tags and rebuilds nothing but builtins
+and the standard library's value classes from plain fields, so whatever the
+solution sends cannot run code on the trusted side.
+
+The protocol is bidirectional (:class:`Endpoint`): while one side waits for
+the reply to its request, it serves the other side's nested requests (a
+solution calling a test's key function, a test callback calling back into
+the solution), to a bounded depth.
 """
 
 from __future__ import annotations
 
 import base64
+import datetime
+import decimal
+import fractions
 import json
+import pathlib
+import re
 import socket
 import struct
 
-__all__ = ["MAX_DEPTH", "MAX_FRAME", "PLAIN_SCALARS", "Channel", "WireError", "decode_value", "encode_value"]
+__all__ = ["MAX_DEPTH", "MAX_FRAME", "MAX_NESTING", "PLAIN_SCALARS", "Channel", "Endpoint", "Refs", "WireError",
+           "container_states", "decode_value", "encode_value", "states_of",
+           "write_back"]
 
 MAX_FRAME = 64 * 1024 * 1024
 MAX_DEPTH = 200
+#: Requests in flight at once across both sides (a callback calling back into the solution, ...).
+MAX_NESTING = 40
 PLAIN_SCALARS = (type(None), bool, int, float, complex, str, bytes, range)
 _CONTAINERS = {list: "l", tuple: "t", set: "s", frozenset: "fs"}
+_MUTABLE = (list, dict, set, bytearray)
+#: Handle keys: an object of the solution ("h") or of the trusted side ("rh").
+HANDLE_KEYS = ("h", "rh")
+#: Tags only a side's own ``objects`` hook decodes.
+SIDE_TAGS = frozenset({"nt", "dc", "en", "bi", "mod"})
+_PATHS = {"pp": pathlib.PurePosixPath, "pw": pathlib.PureWindowsPath, "cp": pathlib.PosixPath}
+_ZONE_KEY = re.compile(r"^[A-Za-z0-9_+\-]+(/[A-Za-z0-9_+\-]+)*$")
+_KEYS_VIEW, _VALUES_VIEW, _ITEMS_VIEW = type({}.keys()), type({}.values()), type({}.items())
 
 
 class WireError(Exception):
     """A frame or value that breaks the protocol (too big, too deep, malformed, not plain)."""
 
 
-def encode_value(value, handle_of, depth=0):
+class Refs:
+    """The mutable containers of one call, numbered in the order they were met.
+
+    The caller's table holds its own objects (the ones a write-back lands
+    in); the callee's holds the copies it decoded, whose final state it
+    sends back.
+    """
+
+    def __init__(self):
+        self.objects = []
+        self.index = {}
+
+    def add(self, obj):
+        self.index[id(obj)] = len(self.objects)
+        self.objects.append(obj)
+        return len(self.objects) - 1
+
+
+def _encode_tz(tz, value):
+    if tz is None:
+        return None
+    key = getattr(tz, "key", None)
+    if type(key) is str and _ZONE_KEY.match(key) and ".." not in key and len(key) < 100:
+        return {"zone": key}
+    offset = tz.utcoffset(value if isinstance(value, datetime.datetime) else None)
+    if offset is None:
+        return None
+    name = tz.tzname(value if isinstance(value, datetime.datetime) else None)
+    return {"off": [offset.days, offset.seconds, offset.microseconds], "name": str(name)[:60] if name else None}
+
+
+def _decode_tz(data):
+    if data is None:
+        return None
+    if type(data) is not dict:
+        raise WireError("malformed time zone")
+    if "zone" in data:
+        key = data["zone"]
+        if type(key) is not str or not _ZONE_KEY.match(key) or ".." in key or len(key) >= 100:
+            raise WireError("malformed zone key")
+        import zoneinfo
+
+        try:
+            return zoneinfo.ZoneInfo(key)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
+            raise WireError(f"unknown time zone {key!r}") from None
+    days, seconds, micros = (int(x) for x in data["off"])
+    offset = datetime.timedelta(days=days, seconds=seconds, microseconds=micros)
+    name = data.get("name")
+    if offset == datetime.timedelta(0) and name == "UTC":
+        return datetime.timezone.utc
+    return datetime.timezone(offset, str(name)[:60]) if type(name) is str else datetime.timezone(offset)
+
+
+def _encode_standard_value(value):
+    """The tagged form of a standard-library value object, or None if ``value`` is not one."""
+    if isinstance(value, datetime.datetime):
+        return {"dt": [value.year, value.month, value.day, value.hour, value.minute, value.second,
+                       value.microsecond, value.fold, _encode_tz(value.tzinfo, value)]}
+    if isinstance(value, datetime.date):
+        return {"da": [value.year, value.month, value.day]}
+    if isinstance(value, datetime.time):
+        return {"tm": [value.hour, value.minute, value.second, value.microsecond, value.fold,
+                       _encode_tz(value.tzinfo, None)]}
+    if isinstance(value, datetime.timedelta):
+        return {"td": [value.days, value.seconds, value.microseconds]}
+    if isinstance(value, decimal.Decimal):
+        return {"dec": str(decimal.Decimal.__str__(value))}
+    if isinstance(value, fractions.Fraction):
+        return {"fr": [str(int(value.numerator)), str(int(value.denominator))]}
+    if isinstance(value, pathlib.PurePath):
+        kind = ("cp" if isinstance(value, pathlib.Path) else
+                "pw" if isinstance(value, pathlib.PureWindowsPath) else "pp")
+        return {"p": [kind, str(pathlib.PurePath.__str__(value))]}
+    return None
+
+
+def _ints(body, count):
+    if type(body) is not list or len(body) < count or any(type(x) is not int for x in body[:count]):
+        raise WireError("malformed date or time")
+    return body[:count]
+
+
+def encode_value(value, handle_of, depth=0, refs=None, record=False, objects=None):
     """The tagged JSON form of ``value``.
 
     Args:
         value: Any object.
-        handle_of: Called with any object that is not plain data; returns its
-            handle form (a dict with key ``"h"``) or raises :class:`WireError`.
+        handle_of: Called with any object that is not plain data, a value
+            object or a side's own object; returns its handle form (a dict
+            with key ``"h"`` or ``"rh"``) or raises :class:`WireError`.
         depth: Nesting depth so far.
+        refs: The call's :class:`Refs`: a container already in it is sent
+            as a reference (``{"mr": i}``).
+        record: Add every list, dict, set and bytearray met to ``refs``
+            (the arguments of a call, for write-back).
+        objects: Optional ``objects(value, nested)``: a side's own tagged
+            form of ``value`` (``nested`` encodes its fields), or None.
     """
     if depth > MAX_DEPTH:
         raise WireError(f"value nested deeper than {MAX_DEPTH}")
@@ -61,16 +188,51 @@ def encode_value(value, handle_of, depth=0):
         return {"b": base64.b64encode(value).decode("ascii")}
     if kind is range:
         return {"r": [str(value.start), str(value.stop), str(value.step)]}
-    if kind in _CONTAINERS:
-        return {_CONTAINERS[kind]: [encode_value(item, handle_of, depth + 1) for item in value]}
-    if kind is dict:
-        return {"d": [[encode_value(k, handle_of, depth + 1), encode_value(v, handle_of, depth + 1)]
-                      for k, v in value.items()]}
+
+    def nested(item):
+        return encode_value(item, handle_of, depth + 1, refs, record, objects)
+
+    if refs is not None and kind in _MUTABLE:
+        index = refs.index.get(id(value))
+        if index is not None:
+            return {"mr": index}
+        if record:
+            index = refs.add(value)
+            return {"m": [index, _encode_container(value, kind, nested)]}
+    if kind in _CONTAINERS or kind is dict or kind is bytearray:
+        return _encode_container(value, kind, nested)
+    if kind in (_KEYS_VIEW, _VALUES_VIEW, _ITEMS_VIEW):
+        tag = {_KEYS_VIEW: "dk", _VALUES_VIEW: "dv", _ITEMS_VIEW: "di"}[kind]
+        return {tag: [nested(item) for item in value]}
+    standard = _encode_standard_value(value)
+    if standard is not None:
+        return standard
+    if objects is not None:
+        own = objects(value, nested)
+        if own is not None:
+            return own
     return handle_of(value)
 
 
-def decode_value(data, handle_from, depth=0):
+def _encode_container(value, kind, nested):
+    if kind is bytearray:
+        return {"ba": base64.b64encode(bytes(value)).decode("ascii")}
+    if kind is dict:
+        return {"d": [[nested(k), nested(v)] for k, v in value.items()]}
+    return {_CONTAINERS[kind]: [nested(item) for item in value]}
+
+
+def decode_value(data, handle_from, depth=0, refs=None, objects=None):
     """Rebuild a value from its tagged form; handles go through ``handle_from``.
+
+    Args:
+        data: The tagged form.
+        handle_from: Called with a handle (a dict with key ``"h"`` or ``"rh"``).
+        depth: Nesting depth so far.
+        refs: The call's :class:`Refs`: ``{"m": ...}`` adds the container it
+            builds, ``{"mr": i}`` is container ``i``.
+        objects: Optional ``objects(tag, body, nested)`` for the side's own
+            tags (:data:`SIDE_TAGS`); without it they are refused.
 
     Raises:
         WireError: For anything but the documented tags.
@@ -81,11 +243,15 @@ def decode_value(data, handle_from, depth=0):
         return data
     if type(data) is not dict or len(data) < 1:
         raise WireError(f"malformed value of type {type(data).__name__}")
-    if "h" in data:
+    if "h" in data or "rh" in data:
         return handle_from(data)
     if len(data) != 1:
         raise WireError("malformed value: more than one tag")
     (tag, body), = data.items()
+
+    def nested(item):
+        return decode_value(item, handle_from, depth + 1, refs, objects)
+
     try:
         if tag == "i":
             if type(body) is not str or len(body) > 10_000:
@@ -97,6 +263,8 @@ def decode_value(data, handle_from, depth=0):
             return complex(float.fromhex(body[0]), float.fromhex(body[1]))
         if tag == "b":
             return base64.b64decode(body.encode("ascii"), validate=True)
+        if tag == "ba":
+            return bytearray(base64.b64decode(body.encode("ascii"), validate=True))
         if tag == "r":
             if type(body) is not list or len(body) != 3 or any(type(x) is not str or len(x) > 100 for x in body):
                 raise WireError("malformed range")
@@ -104,18 +272,129 @@ def decode_value(data, handle_from, depth=0):
         if tag in ("l", "t", "s", "fs"):
             if type(body) is not list:
                 raise WireError("malformed container")
-            items = [decode_value(item, handle_from, depth + 1) for item in body]
+            items = [nested(item) for item in body]
             return {"l": list, "t": tuple, "s": set, "fs": frozenset}[tag](items)
         if tag == "d":
             if type(body) is not list:
                 raise WireError("malformed dict")
-            return {decode_value(k, handle_from, depth + 1): decode_value(v, handle_from, depth + 1)
-                    for k, v in body}
+            return {nested(k): nested(v) for k, v in body}
+        if tag == "m":
+            return _decode_recorded(body, refs, nested)
+        if tag == "mr":
+            if refs is None or type(body) is not int or not 0 <= body < len(refs.objects):
+                raise WireError("malformed container reference")
+            return refs.objects[body]
+        if tag in ("dk", "dv", "di"):
+            if type(body) is not list:
+                raise WireError("malformed dict view")
+            items = [nested(item) for item in body]
+            if tag == "dk":
+                return dict.fromkeys(items).keys()
+            if tag == "di":
+                return dict(items).items()
+            return dict(enumerate(items)).values()
+        if tag == "dt":
+            y, mo, d, h, mi, s, us, fold = _ints(body, 8)
+            return datetime.datetime(y, mo, d, h, mi, s, us, tzinfo=_decode_tz(body[8]), fold=fold)
+        if tag == "da":
+            return datetime.date(*_ints(body, 3))
+        if tag == "tm":
+            h, mi, s, us, fold = _ints(body, 5)
+            return datetime.time(h, mi, s, us, tzinfo=_decode_tz(body[5]), fold=fold)
+        if tag == "td":
+            days, seconds, micros = _ints(body, 3)
+            return datetime.timedelta(days=days, seconds=seconds, microseconds=micros)
+        if tag == "dec":
+            if type(body) is not str or len(body) > 10_000:
+                raise WireError("malformed Decimal")
+            return decimal.Decimal(body)
+        if tag == "fr":
+            if type(body) is not list or len(body) != 2 or any(type(x) is not str or len(x) > 10_000 for x in body):
+                raise WireError("malformed Fraction")
+            return fractions.Fraction(int(body[0]), int(body[1]))
+        if tag == "p":
+            if type(body) is not list or len(body) != 2 or body[0] not in _PATHS or type(body[1]) is not str:
+                raise WireError("malformed path")
+            return _PATHS[body[0]](body[1])
+        if tag in SIDE_TAGS and objects is not None:
+            return objects(tag, body, nested)
     except WireError:
         raise
-    except (TypeError, ValueError, IndexError, AttributeError) as exc:
+    except (TypeError, ValueError, IndexError, AttributeError, KeyError, ArithmeticError, OverflowError) as exc:
         raise WireError(f"malformed {tag!r} value: {exc}") from None
     raise WireError(f"unknown tag {tag!r}")
+
+
+def _decode_recorded(body, refs, nested):
+    """A container of the call's arguments, registered before its items so that cycles resolve."""
+    if refs is None or type(body) is not list or len(body) != 2 or body[0] != len(refs.objects):
+        raise WireError("malformed recorded container")
+    inner = body[1]
+    if type(inner) is not dict or len(inner) != 1:
+        raise WireError("malformed recorded container")
+    (tag, items), = inner.items()
+    if tag == "ba":
+        return refs.objects[refs.add(bytearray(base64.b64decode(items.encode("ascii"), validate=True)))]
+    if tag not in ("l", "d", "s") or type(items) is not list:
+        raise WireError("malformed recorded container")
+    container = {"l": list, "d": dict, "s": set}[tag]()
+    refs.add(container)
+    if tag == "l":
+        container.extend(nested(item) for item in items)
+    elif tag == "s":
+        container.update(nested(item) for item in items)
+    else:
+        for pair in items:
+            key, value = pair
+            container[nested(key)] = nested(value)
+    return container
+
+
+def write_back(refs, states, decode):
+    """Write the callee's final state of the call's containers into the caller's own objects.
+
+    Args:
+        refs: The caller's :class:`Refs` for the call.
+        states: ``[[index, tagged state], ...]`` from the callee.
+        decode: Decodes one tagged value with ``refs`` (so ``{"mr": i}`` is the caller's container ``i``).
+
+    Raises:
+        WireError: For an unknown index or a state of another type than the container.
+    """
+    if type(states) is not list:
+        raise WireError("malformed write-back")
+    decoded = []
+    for entry in states[:10_000]:
+        if type(entry) is not list or len(entry) != 2 or type(entry[0]) is not int \
+                or not 0 <= entry[0] < len(refs.objects):
+            raise WireError("malformed write-back")
+        target = refs.objects[entry[0]]
+        value = decode(entry[1])
+        if type(value) is not type(target):
+            raise WireError(f"write-back of a {type(value).__name__} into a {type(target).__name__}")
+        decoded.append((target, value))
+    for target, value in decoded:  # all decoded first: a malformed entry changes nothing
+        if target is value:
+            continue
+        if type(target) is dict:
+            target.clear()
+            target.update(value)
+        elif type(target) is set:
+            target.clear()
+            target.update(value)
+        else:
+            target[:] = value
+
+
+def container_states(refs, nested):
+    """The tagged contents of each container of ``refs`` (nested ones of the table as references)."""
+    return [_encode_container(obj, type(obj), nested) for obj in refs.objects]
+
+
+def states_of(refs, before, nested):
+    """``[[index, state], ...]`` for the containers of ``refs`` whose contents differ from ``before``."""
+    return [[index, state] for index, state in enumerate(container_states(refs, nested))
+            if index >= len(before) or before[index] != state]
 
 
 class Channel:
@@ -148,3 +427,49 @@ class Channel:
             return json.loads(self._read(size).decode("utf-8"))
         except (UnicodeDecodeError, RecursionError, ValueError) as exc:
             raise WireError(f"malformed frame: {exc}") from None
+
+
+class Endpoint:
+    """One end of the bidirectional protocol over a :class:`Channel`.
+
+    :meth:`exchange` sends a request and waits for its reply; any request
+    the peer sends meanwhile (``"op"`` in it) is a nested call, served by
+    :meth:`serve_one` and answered before waiting on. Subclasses implement
+    :meth:`serve_one` and may decorate outgoing and incoming messages.
+    """
+
+    def __init__(self, channel):
+        self.channel = channel
+        self.depth = 0
+
+    def outgoing(self, message):
+        """Called on every message before it is sent (to attach what travels with it)."""
+        return message
+
+    def incoming(self, message):
+        """Called on every message received, before it is handled."""
+        return message
+
+    def serve_one(self, request):
+        """The reply to one request of the peer."""
+        raise NotImplementedError
+
+    def send(self, message):
+        self.channel.send(self.outgoing(message))
+
+    def exchange(self, request):
+        """Send ``request``; serve the peer's nested requests until its reply comes, and return that."""
+        if self.depth >= MAX_NESTING:
+            raise WireError(f"calls nested deeper than {MAX_NESTING} across the boundary")
+        self.depth += 1
+        try:
+            self.send(request)
+            while True:
+                message = self.incoming(self.channel.receive())
+                if type(message) is not dict:
+                    raise WireError("malformed message")
+                if "op" not in message:
+                    return message
+                self.send(self.serve_one(message))
+        finally:
+            self.depth -= 1
