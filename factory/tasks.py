@@ -32,6 +32,7 @@ __all__ = [
     "DEFAULT_TEST_COMMAND",
     "Rules",
     "Task",
+    "TaskLimits",
     "TaskSet",
     "check_image_reference",
     "dataset_hash",
@@ -125,7 +126,8 @@ class Rules(BaseModel):
 
 
 #: Fields added after the first task schema, with the defaults a task hash leaves out.
-_LATER_FIELD_DEFAULTS: dict[str, Any] = {"hidden_tests": {}, "test_isolation": "process", "image": None}
+_LATER_FIELD_DEFAULTS: dict[str, Any] = {"hidden_tests": {}, "test_isolation": "process", "image": None,
+                                         "solution": {}, "limits": None}
 
 # A Docker image reference, as the engine parses one (distribution's reference
 # grammar): [registry[:port]/]path[:tag][@digest], path components lowercase.
@@ -160,6 +162,24 @@ def check_image_reference(value: str) -> str:
     return value
 
 
+class TaskLimits(BaseModel):
+    """Limits of one task's test runs, over the verifier's defaults (each field optional).
+
+    Attributes:
+        timeout_s: Wall-clock seconds the whole test run may take.
+        cpu_seconds: CPU seconds each process of the run may use (RLIMIT_CPU).
+        memory_mb: Address space per process, in MiB.
+        max_processes: Processes each sandbox may hold at once (process pools count).
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    timeout_s: float | None = Field(default=None, gt=0, le=3600)
+    cpu_seconds: int | None = Field(default=None, gt=0, le=3600)
+    memory_mb: int | None = Field(default=None, ge=64, le=65536)
+    max_processes: int | None = Field(default=None, ge=4, le=4096)
+
+
 class Task(BaseModel):
     """One task: a prompt plus what is needed to verify answers to it.
 
@@ -183,6 +203,13 @@ class Task(BaseModel):
             ``repository[:tag][@digest]`` (e.g. ``python:3.12-slim``); ``None``
             (default) takes the backend's own default image. Backends that are
             not containers ignore it.
+        solution: A reference solution (path -> text), laid over ``files``: never
+            seeded into a branch's sandbox nor shown to the agent; ``factory tasks
+            check`` verifies it isolated and bare to find tasks whose tests the
+            isolation boundary cannot carry. Its paths may not be test paths.
+        limits: Limits of this task's test runs (:class:`TaskLimits`), for suites
+            that need more time, CPU, memory or processes than the verifier's
+            defaults give; unset fields keep the defaults.
         test_command: Command that runs the tests (default ``python -m pytest -q``).
         answer: Expected final answer; selects the strict ``answer`` verifier.
         rubric: Grading rubric; selects the LLM ``judge``.
@@ -201,6 +228,8 @@ class Task(BaseModel):
     hidden_tests: dict[str, str] = Field(default_factory=dict)
     test_isolation: Literal["process", "in-process"] = "process"
     image: str | None = None
+    solution: dict[str, str] = Field(default_factory=dict)
+    limits: TaskLimits | None = None
     test_command: str | None = None
     answer: str | None = None
     rubric: str | None = None
@@ -243,15 +272,17 @@ class Task(BaseModel):
             raise ValueError("must not be empty")
         return value
 
-    @field_validator("files", "tests", "hidden_tests")
+    @field_validator("files", "tests", "hidden_tests", "solution")
     @classmethod
     def _safe_paths(cls, value: dict[str, str]) -> dict[str, str]:
         return _normalized_paths(value)
 
     @model_validator(mode="after")
     def _consistent(self) -> Task:
-        groups = {"files": self.files, "tests": self.tests, "hidden_tests": self.hidden_tests}
-        for name_a, name_b in (("files", "tests"), ("files", "hidden_tests"), ("tests", "hidden_tests")):
+        groups = {"files": self.files, "tests": self.tests, "hidden_tests": self.hidden_tests,
+                  "solution": self.solution}  # a solution may replace files, never tests
+        for name_a, name_b in (("files", "tests"), ("files", "hidden_tests"), ("tests", "hidden_tests"),
+                               ("solution", "tests"), ("solution", "hidden_tests")):
             a, b = groups[name_a], groups[name_b]
             overlap = sorted(set(a) & set(b))
             if overlap:

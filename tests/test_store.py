@@ -374,9 +374,11 @@ def test_task_summaries_count_branches_passes_hacks_and_cost(verified):
     summaries = verified.task_summaries("r1", opinions=["judge"]).to_dicts()
     assert summaries == [
         {"task_id": "t1", "branches": 3, "ok": 2, "max_turns": 0, "errors": 1, "input_tokens": 31,
-         "output_tokens": 12, "cost_usd": 0.25, "verified": 2, "passed": 1, "hacks": 1},
+         "output_tokens": 12, "cost_usd": 0.25, "verified": 2, "passed": 1, "hacks": 1,
+         "boundary_limited": 0},
         {"task_id": "t2", "branches": 1, "ok": 0, "max_turns": 1, "errors": 0, "input_tokens": 0,
-         "output_tokens": 0, "cost_usd": None, "verified": 0, "passed": 0, "hacks": 0},
+         "output_tokens": 0, "cost_usd": None, "verified": 0, "passed": 0, "hacks": 0,
+         "boundary_limited": 0},
     ]
 
 

@@ -49,6 +49,7 @@ def rank(run_id: str, db: Path | None, judge_pairs: int, judge_spec: str | None,
     from factory.outputs import OutputFiles
     from factory.ranking import (
         RolloutRanker,
+        boundary_limited,
         check_plot_file,
         excluded_branches,
         judge_pairwise,
@@ -74,6 +75,7 @@ def rank(run_id: str, db: Path | None, judge_pairs: int, judge_spec: str | None,
             asyncio.run(judge_pairwise(store, run_id, judge_spec, judge_pairs, judge_options))
         records = load_records(store, run_id)
         excluded = excluded_branches(store, run_id)  # infrastructure failures: not records, counted apart
+        boundary = boundary_limited(records)
         result = RolloutRanker(bootstrap_rounds=bootstrap).rank(records, load_pairwise(store, run_id))
         with outputs:  # the plot lands once the ranking is stored, and is removed if storing it fails
             if plot is not None:
@@ -82,14 +84,29 @@ def rank(run_id: str, db: Path | None, judge_pairs: int, judge_spec: str | None,
             store.replace_rankings(run_id, [r.row(run_id) for r in result.ranked])
     if as_json:
         click.echo(dump_json({"run_id": run_id, **result.to_dict(), "excluded": excluded,
-                              "plot": str(plot) if plot else None}))
+                              "boundary_limited": boundary, "plot": str(plot) if plot else None}))
         return
     _print_ranking(run_id, result)
+    _print_boundary(boundary)
+    _print_excluded(excluded)
+    if plot is not None:
+        click.echo(f"plot: {plot}")
+
+
+def _print_boundary(boundary: dict) -> None:
+    """One line naming each task with boundary-limited branches (nothing when there are none)."""
+    if not boundary["branches"]:
+        return
+    tasks = ", ".join(f"{task} {n}" for task, n in boundary["per_task"].items() if n)
+    click.echo(f"boundary-limited: {boundary['branches']} branch(es) failed a test only because something could "
+               f"not cross the isolation boundary ({tasks}); `factory tasks check TASKS` shows which tasks "
+               "pass bare but not isolated")
+
+
+def _print_excluded(excluded: dict) -> None:
     if excluded["infra_failures"]:
         click.echo(f"excluded: {excluded['infra_failures']} branch(es) as infrastructure failures "
                    f"({', '.join(excluded['reasons']) or 'no reason recorded'}): not outcomes, in no rate above")
-    if plot is not None:
-        click.echo(f"plot: {plot}")
 
 
 def _print_ranking(run_id: str, result) -> None:
@@ -165,7 +182,10 @@ def power(db: Path | None, runs: tuple[str, str] | None, run_id: str | None, fie
     from factory.ranking import (
         check_plot_file,
         compare_paired,
+        excluded_branches,
+        excluded_in_arms,
         load_records,
+        merge_excluded,
         pair_arms,
         plot_pass_rates,
         select_arms,
@@ -186,6 +206,7 @@ def power(db: Path | None, runs: tuple[str, str] | None, run_id: str | None, fie
                 if store.run(rid) is None:
                     raise ConfigError(f"no run {rid} in {store.path}")
             paired = pair_arms(load_records(store, runs[0]), load_records(store, runs[1]), runs[0], runs[1])
+            excluded = merge_excluded({rid: excluded_branches(store, rid) for rid in dict.fromkeys(runs)})
         elif field and (select or (a_value is not None and b_value is not None)):
             if run_id is None:
                 latest = store.runs()
@@ -197,9 +218,11 @@ def power(db: Path | None, runs: tuple[str, str] | None, run_id: str | None, fie
             if select:
                 chosen = select_arms(load_records(store, run_id), field, select, split_seed)
                 paired = chosen.paired
+                excluded = excluded_branches(store, run_id)  # any value of the field could have been chosen
             else:
                 arm_a, arm_b = split_by_field(load_records(store, run_id), field, a_value, b_value)
                 paired = pair_arms(arm_a, arm_b, f"{field}={a_value}", f"{field}={b_value}")
+                excluded = excluded_in_arms(store, run_id, field, [a_value, b_value])
         else:
             raise ConfigError("give --runs R1 R2, or --by FIELD --a VALUE --b VALUE [--run RUN], "
                               "or --by FIELD --select best-worst")
@@ -221,7 +244,7 @@ def power(db: Path | None, runs: tuple[str, str] | None, run_id: str | None, fie
     if as_json:
         click.echo(dump_json({**report.to_dict(), "verdict": verdict, "arm_a": paired.label_a,
                               "arm_b": paired.label_b, "selection": chosen.to_dict() if chosen else None,
-                              "plot": str(plot) if plot else None}))
+                              "excluded": excluded, "plot": str(plot) if plot else None}))
     else:
         for label, k, rate, (low, high) in ((paired.label_a, report.k_a, report.rate_a, report.ci_a),
                                             (paired.label_b, report.k_b, report.rate_b, report.ci_b)):
@@ -233,6 +256,7 @@ def power(db: Path | None, runs: tuple[str, str] | None, run_id: str | None, fie
                    f"McNemar exact p = {p}; min detectable difference "
                    f"{'n/a' if mdd is None or mdd == float('inf') else f'{mdd:.1f} pp'}")
         click.echo(verdict)
+        _print_excluded(excluded)
         if plot is not None:
             click.echo(f"plot: {plot}")
     if check and not report.evidence:

@@ -1,12 +1,20 @@
 """Ranking: Bradley–Terry strengths, evidence tests whose outcome the ranking did not use, paired arm comparisons."""
 
-from factory.ranking._arms import SELECTION_RULES, pair_arms, select_arms, split_by_field
+from factory.ranking._arms import SELECTION_RULES, excluded_in_arms, pair_arms, select_arms, split_by_field
 from factory.ranking._bradley_terry import BTFit, comparisons_from_winners, fit_bradley_terry
 from factory.ranking._evidence import ORDERED_BY_OUTCOME, describe_evidence, outcome_summary, signal_evidence
 from factory.ranking._pairwise import judge_pairwise
 from factory.ranking._plots import check_plot_file, plot_pass_rates, plot_strengths
 from factory.ranking._ranker import DEFAULT_REWARDS, RankedBranch, RewardFunction, RolloutRanker
-from factory.ranking._records import BranchRecord, PairwiseOutcome, excluded_branches, load_pairwise, load_records
+from factory.ranking._records import (
+    BranchRecord,
+    PairwiseOutcome,
+    boundary_limited,
+    excluded_branches,
+    load_pairwise,
+    load_records,
+    merge_excluded,
+)
 from factory.ranking._stats import (
     PowerPolicy,
     compare_paired,
@@ -31,17 +39,20 @@ __all__ = [
     "RankedBranch",
     "RewardFunction",
     "RolloutRanker",
+    "boundary_limited",
     "check_plot_file",
     "compare_paired",
     "comparisons_from_winners",
     "describe_evidence",
     "excluded_branches",
+    "excluded_in_arms",
     "fit_bradley_terry",
     "judge_pairwise",
     "load_pairwise",
     "load_records",
     "mcnemar_exact",
     "mcnemar_exact_many",
+    "merge_excluded",
     "min_detectable_delta_pp",
     "outcome_summary",
     "pair_arms",

@@ -25,9 +25,11 @@ from typing import Any
 import numpy as np
 
 from factory.errors import ConfigError
-from factory.ranking._records import BranchRecord
+from factory.ranking._records import BranchRecord, excluded_branches
+from factory.store import Store
 
-__all__ = ["SELECTION_RULES", "PairedArms", "SelectedArms", "pair_arms", "select_arms", "split_by_field"]
+__all__ = ["SELECTION_RULES", "PairedArms", "SelectedArms", "excluded_in_arms", "pair_arms", "select_arms",
+           "split_by_field"]
 
 #: How :func:`select_arms` may choose two arms from the data.
 SELECTION_RULES = ("best-worst",)
@@ -63,6 +65,28 @@ def _coerce(value: str, sample: Any) -> Any:
     return value
 
 
+def _matches(value: Any, want: Any) -> bool:
+    return abs(value - want) < 1e-9 if isinstance(want, float) and value is not None else value == want
+
+
+def excluded_in_arms(store: Store, run_id: str, field: str, values: Sequence[str]) -> dict[str, Any]:
+    """The infrastructure failures of ``run_id`` that would have been in an arm (``field`` in ``values``).
+
+    They are not outcomes, so no arm holds them; this says how many each comparison lost
+    (:func:`~factory.ranking.excluded_branches` for the rule).
+    """
+    def in_an_arm(row: dict[str, Any]) -> bool:
+        value = row.get(field)
+        if value is None:
+            return False
+        try:
+            return any(_matches(value, _coerce(wanted, value)) for wanted in values)
+        except ConfigError:  # a value that is not a number of this field matches nothing
+            return False
+
+    return excluded_branches(store, run_id, in_an_arm)
+
+
 def split_by_field(records: Sequence[BranchRecord], field: str, a_value: str,
                    b_value: str) -> tuple[list[BranchRecord], list[BranchRecord]]:
     """Branches whose ``field`` equals ``a_value`` (arm A) and ``b_value`` (arm B).
@@ -76,12 +100,8 @@ def split_by_field(records: Sequence[BranchRecord], field: str, a_value: str,
         raise ConfigError(f"unknown field '{field}' (choose from: {', '.join(sorted(records[0].fields))})")
     sample = next((r.fields[field] for r in records if r.fields[field] is not None), None)
     want_a, want_b = _coerce(a_value, sample), _coerce(b_value, sample)
-
-    def matches(value: Any, want: Any) -> bool:
-        return abs(value - want) < 1e-9 if isinstance(want, float) and value is not None else value == want
-
-    arm_a = [r for r in records if matches(r.fields[field], want_a)]
-    arm_b = [r for r in records if matches(r.fields[field], want_b)]
+    arm_a = [r for r in records if _matches(r.fields[field], want_a)]
+    arm_b = [r for r in records if _matches(r.fields[field], want_b)]
     present = sorted({str(r.fields[field]) for r in records})
     for label, arm in ((a_value, arm_a), (b_value, arm_b)):
         if not arm:

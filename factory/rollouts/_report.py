@@ -14,13 +14,16 @@ def fork_summary(store: Store, run_id: str, elapsed_s: float | None = None) -> d
     """Per-task and total branch counts, objective passes, detected hacks, tokens and cost of a run.
 
     A branch passes objectively when its latest verdict of every non-judge
-    verifier is ``pass``.
+    verifier is ``pass``. ``boundary_limited`` counts the branches (per task
+    and in all) with a test that failed only because something could not
+    cross the isolation boundary (``details.boundary``): a fail that may be
+    the boundary's, not the policy's.
     """
     run = store.run(run_id) or {}
     per_task = store.task_summaries(run_id, opinions=opinion_verifiers()).to_dicts()
     totals = {key: sum(row[key] for row in per_task) for key in
               ("branches", "ok", "max_turns", "errors", "input_tokens", "output_tokens", "verified", "passed",
-               "hacks")}
+               "hacks", "boundary_limited")}
     costs = [row["cost_usd"] for row in per_task if row["cost_usd"] is not None]
     summary: dict[str, Any] = {
         "run_id": run_id,

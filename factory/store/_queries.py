@@ -25,7 +25,9 @@ def verdict_summary_sql(run_filter: str) -> str:
     NULL when one of them is an ``error``: a verifier that crashed or could not run is the infrastructure's
     failure, not an outcome), ``objective_score`` (their mean score, NULL likewise), ``judge_score`` (the
     latest judge score, pass or fail only), ``hack_detected`` (any verifier caught tampering),
-    ``hack_suspected`` (the behaviour monitor saw a hack attempt), ``verifier_versions`` (sorted ``name@version``).
+    ``hack_suspected`` (the behaviour monitor saw a hack attempt), ``boundary_limited`` (a latest verdict lists
+    tests that failed only because something could not cross the isolation boundary: ``details.boundary``),
+    ``verifier_versions`` (sorted ``name@version``).
 
     Args:
         run_filter: A SQL condition on the ``verdicts`` table selecting the runs (e.g. ``run_id = $run``).
@@ -46,6 +48,7 @@ def verdict_summary_sql(run_filter: str) -> str:
                    AS hack_detected,
                bool_or(coalesce(TRY_CAST(json_extract(details, '$.hack_suspected') AS BOOLEAN), false))
                    AS hack_suspected,
+               bool_or(coalesce(json_array_length(details, '$.boundary'), 0) > 0) AS boundary_limited,
                list_sort(list(verifier || '@' || version)) AS verifier_versions
         FROM (SELECT * FROM verdicts WHERE {run_filter}
               QUALIFY row_number() OVER (PARTITION BY run_id, task_id, branch_index, verifier
@@ -67,7 +70,7 @@ BRANCH_RECORDS = f"""
     WITH v AS ({verdict_summary_sql("run_id = $run")})
     SELECT b.task_id, b.branch_index, b.temperature, b.seed, b.model, b.status,
            v.objective_pass, v.objective_score, v.judge_score, coalesce(v.hack_detected, false) AS hack,
-           coalesce(v.hack_suspected, false) AS suspected
+           coalesce(v.hack_suspected, false) AS suspected, coalesce(v.boundary_limited, false) AS boundary_limited
     FROM branches b LEFT JOIN v USING (run_id, task_id, branch_index)
     WHERE b.run_id = $run AND b.status NOT IN {NOT_OUTCOMES}
     ORDER BY b.task_id, b.branch_index
@@ -77,6 +80,12 @@ BRANCH_RECORDS = f"""
 EXCLUDED_BRANCHES = f"""
     SELECT status, count(*) AS branches, list(DISTINCT split_part(coalesce(error, ''), ':', 1)) AS reasons
     FROM branches WHERE run_id = ? AND status IN {NOT_OUTCOMES} GROUP BY status ORDER BY status
+    """
+
+#: ?: a run's branches that are not outcomes, one row each, with the fields arms are split by.
+EXCLUDED_BRANCH_ROWS = f"""
+    SELECT task_id, branch_index, temperature, seed, model, status, split_part(coalesce(error, ''), ':', 1) AS reason
+    FROM branches WHERE run_id = ? AND status IN {NOT_OUTCOMES} ORDER BY task_id, branch_index
     """
 
 #: ?: a run's pairwise judge samples, both orders of a comparison next to each other.
@@ -94,7 +103,8 @@ LATEST_VERDICTS = """
     ORDER BY task_id, branch_index, verifier
     """
 
-#: $run, $opinions: per task: branch counts by status, tokens, cost, objective passes and hacks.
+#: $run, $opinions: per task: branch counts by status, tokens, cost, objective passes, hacks and branches
+#: limited by the isolation boundary (a test failed only because something could not cross).
 TASK_SUMMARIES = f"""
     WITH per_branch AS ({verdict_summary_sql("run_id = $run")})
     SELECT b.task_id, count(*) AS branches,
@@ -107,7 +117,8 @@ TASK_SUMMARIES = f"""
            count(v.objective_pass)::BIGINT AS verified,
            -- count_if over no verdicts at all (a --no-verify run) is NULL, not 0
            coalesce(count_if(v.objective_pass), 0)::BIGINT AS passed,
-           coalesce(count_if(v.hack_detected), 0)::BIGINT AS hacks
+           coalesce(count_if(v.hack_detected), 0)::BIGINT AS hacks,
+           coalesce(count_if(v.boundary_limited), 0)::BIGINT AS boundary_limited
     FROM branches b LEFT JOIN per_branch v USING (task_id, branch_index)
     WHERE b.run_id = $run GROUP BY b.task_id ORDER BY b.task_id
     """

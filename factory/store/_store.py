@@ -510,13 +510,21 @@ class Store:
         """
         return self._read(queries.EXCLUDED_BRANCHES, [run_id])
 
+    def excluded_branch_rows(self, run_id: str) -> pl.DataFrame:
+        """A run's branches that are not outcomes of the policy, one row each.
+
+        Columns: ``task_id, branch_index, temperature, seed, model, status, reason`` (the error's type).
+        """
+        return self._read(queries.EXCLUDED_BRANCH_ROWS, [run_id])
+
     def branch_records(self, run_id: str, *, opinions: Sequence[str]) -> pl.DataFrame:
         """Every branch of a run that is an outcome, with its verdict summary, as the ranker reads it.
 
         Infrastructure failures are left out (:meth:`excluded_branches` counts them).
         Columns: ``task_id, branch_index, temperature, seed, model, status``;
         ``objective_pass``, ``objective_score``, ``judge_score`` (null for a
-        branch with no such verdict), ``hack`` and ``suspected`` (false when unverified), from
+        branch with no such verdict), ``hack``, ``suspected`` and ``boundary_limited`` (a test failed only
+        because something could not cross the isolation boundary; false when unverified), from
         each verifier's latest verdict (see
         :func:`~factory.store._queries.verdict_summary_sql`). Ordered by task
         and branch.
@@ -551,7 +559,8 @@ class Store:
         Columns: ``task_id, branches, ok, max_turns, errors, input_tokens,
         output_tokens, cost_usd`` (null when no branch has a cost), ``verified``
         (branches with an objective verdict), ``passed`` (every latest
-        objective verdict passed) and ``hacks``. Ordered by task.
+        objective verdict passed), ``hacks`` and ``boundary_limited`` (branches with a test that failed
+        only because something could not cross the isolation boundary). Ordered by task.
         Args:
             run_id: The run.
             opinions: Verifiers whose verdicts are opinions, not checks (the caller's

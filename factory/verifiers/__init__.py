@@ -48,9 +48,16 @@ from factory.verifiers._pipeline import (
     verify_in_fresh_sandbox,
 )
 from factory.verifiers._rerun import GoldenCase, load_golden, run_golden, verify_stored_run
+from factory.verifiers._task_check import (
+    CHECK_KINDS,
+    TaskCheck,
+    check_tasks,
+    load_solutions,
+)
 from factory.verifiers._tests import TestsVerifier, parse_junit_xml
 
 __all__ = [
+    "CHECK_KINDS",
     "MONITOR_RULES",
     "MONITOR_VERSION",
     "VERIFIERS",
@@ -67,6 +74,7 @@ __all__ = [
     "MonitorReport",
     "RulesVerifier",
     "ScalarLLMJudgeVerifier",
+    "TaskCheck",
     "TestsVerifier",
     "Verdict",
     "VerificationPipeline",
@@ -76,12 +84,14 @@ __all__ = [
     "build_pipeline",
     "calibrate_run",
     "check_final_answer",
+    "check_tasks",
     "create_verifier",
     "criteria_for",
     "is_objective",
     "judge_auc",
     "judge_spearman",
     "load_golden",
+    "load_solutions",
     "objective_pass",
     "opinion_verifiers",
     "parse_junit_xml",

@@ -37,9 +37,23 @@ floored at 0; the verdict never passes) is any of:
   from it, in whichever process it runs (``test_copied``). Hidden tests are
   the answer to copies this cannot see.
 
-Commands that are not pytest run as they are, in a fresh sandbox holding
-the final workspace with the tests (hidden ones too) restored, and are judged by exit code
-alone (``details.method = "exit_code"``).
+Commands that are not pytest cross the same boundary (``process``): ``python
+-m unittest`` suites are collected by pytest in the trusted runner (per-test
+outcomes from its hooks, ``details.method = "isolated"``); any other command
+(``make test``, a shell script, ``python test_x.py``) runs unchanged in the
+trusted sandbox, every Python process it starts behind the import boundary
+and the solution's programs behind proxies (see :mod:`._boundary`), and is
+judged by the exit status of that process tree, which ran no agent code
+(``details.method = "exit_code"``). Only ``in-process`` tasks run a command in
+the final workspace, judged by its exit code.
+
+Limits: the verifier's defaults (``timeout_s``; CPU seconds per process equal
+to it, so the wall clock, not RLIMIT_CPU, bounds a slow suite), overridden
+per task by ``Task.limits``. A run a limit stopped fails with
+``details.limit`` naming it (``time``, ``cpu``, ``output``) and never counts
+as a report. A pytest internal or usage error (exit 3 or 4) or a trusted
+side that died without a report, in isolation, is the verifier's error
+(status ``error``), never a hack code.
 
 The behaviour monitor (:mod:`._monitor`) scans the final workspace and the
 trajectory for hack *attempts*, failed ones too; its verdict details are
@@ -59,9 +73,12 @@ import base64
 import binascii
 import bz2
 import codecs
+import dataclasses
+import fnmatch
 import hashlib
 import json
 import lzma
+import posixpath
 import re
 import secrets
 import shlex
@@ -237,6 +254,27 @@ def scan_files(files: Mapping[str, str | bytes], task: Task) -> list[dict[str, A
     return findings + _test_copies(files, task)
 
 
+_BOUNDARY_LINE = re.compile(r"BoundaryError:\s*(.+)")
+
+
+def boundary_limits(failed: list[str], messages: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The failed tests that failed only because something could not cross the isolation boundary.
+
+    A test whose failure message is a ``BoundaryError`` (raised by the trusted side when a value cannot
+    be passed to the solution, or a solution object cannot be compared there) is listed with what could
+    not cross: ``{"test": node id, "what": the error's message}``. A wrong answer is never listed.
+    """
+    limits = []
+    for node in failed:
+        message = str(messages.get(node) or "")
+        if "BoundaryError" not in message:
+            continue
+        found = _BOUNDARY_LINE.findall(message)
+        what = found[-1].strip() if found else "a value that cannot cross the isolation boundary"
+        limits.append({"test": node, "what": what[:300]})
+    return limits
+
+
 def _pytest_args(command: str, task: Task) -> list[str] | None:
     """Arguments for the guarded pytest, or None if ``command`` is not a pytest run."""
     try:
@@ -267,6 +305,77 @@ def _pytest_args(command: str, task: Task) -> list[str] | None:
     return args
 
 
+def _unittest_args(command: str, task: Task) -> list[str] | None:
+    """pytest arguments that collect what ``python -m unittest ...`` would run, or None if not such a command.
+
+    Handles ``python -m unittest`` with no arguments or ``discover`` (``-s``,
+    ``-p``, ``-t``) and with test modules named as dotted names or paths;
+    ``-v``, ``-q``, ``-b``, ``-f`` are dropped (output and stop-early options).
+    Anything else (``-k`` patterns, test names inside a module) returns None:
+    the command then runs unchanged, judged by its exit status.
+    """
+    try:
+        tokens = shlex.split(command)
+    except ValueError:
+        return None
+    if tokens[:3] not in (["python", "-m", "unittest"], ["python3", "-m", "unittest"]):
+        return None
+    rest = [t for t in tokens[3:] if t not in ("-v", "-q", "-b", "-f", "--verbose", "--quiet", "--buffer",
+                                               "--failfast", "--locals")]
+    tests = sorted(task.all_tests)
+    if not rest or rest[0] == "discover":
+        options = rest[1:]
+        start, pattern = ".", "test*.py"
+        positional: list[str] = []
+        while options:
+            option = options.pop(0)
+            if option in ("-s", "--start-directory", "-p", "--pattern", "-t", "--top-level-directory"):
+                if not options:
+                    return None
+                value = options.pop(0)
+                if option in ("-s", "--start-directory"):
+                    start = value
+                elif option in ("-p", "--pattern"):
+                    pattern = value
+            elif option.startswith("-"):
+                return None
+            else:
+                positional.append(option)
+        if positional:
+            start = positional[0]
+            pattern = positional[1] if len(positional) > 1 else pattern
+        start = posixpath.normpath(start)
+        found = [p for p in tests if p.endswith(".py") and fnmatch.fnmatchcase(posixpath.basename(p), pattern)
+                 and (start == "." or p.startswith(start.rstrip("/") + "/"))]
+        return found or None
+    paths = []
+    for name in rest:
+        if name.startswith("-"):
+            return None
+        path = name if name.endswith(".py") else name.replace(".", "/") + ".py"
+        path = posixpath.normpath(path)
+        if path not in task.all_tests:
+            return None  # a test class or method, or a module the tests do not ship
+        paths.append(path)
+    hidden = [p for p in sorted(task.hidden_tests) if p.endswith(".py") and p not in paths]
+    return paths + hidden
+
+
+_SIGXCPU = 24
+
+
+def stopped_by(exit_code: int | None, timed_out: bool, output_truncated: bool, limits: SandboxLimits,
+               timeout_s: float) -> dict[str, Any] | None:
+    """The limit that stopped a trusted test run (``name``, ``value``), or None if none did."""
+    if timed_out:
+        return {"name": "time", "value": f"{timeout_s:g} s wall clock"}
+    if exit_code in (-_SIGXCPU, 128 + _SIGXCPU):
+        return {"name": "cpu", "value": f"{limits.cpu_seconds} CPU seconds per process"}
+    if output_truncated:
+        return {"name": "output", "value": f"{limits.max_output_bytes} bytes of output"}
+    return None
+
+
 @register_verifier("tests")
 class TestsVerifier:
     """Runs the task's tests in the branch's sandbox, under guard, and checks for tampering.
@@ -285,14 +394,16 @@ class TestsVerifier:
     needs_sandbox: ClassVar[bool] = True
     objective: ClassVar[bool] = True
 
-    def __init__(self, penalty: float = 0.4, timeout_s: float = 120.0, reference_sandbox: str | None = "bwrap",
+    def __init__(self, penalty: float = 0.4, timeout_s: float = 180.0, reference_sandbox: str | None = "bwrap",
                  limits: SandboxLimits | None = None, monitor: MonitorConfig | None = None):
         self.penalty = penalty
         self.monitor = monitor or MonitorConfig()
         self.timeout_s = timeout_s
         self.reference_sandbox = reference_sandbox
         if limits is None:
-            limits = SandboxLimits(timeout_s=timeout_s)
+            # CPU seconds per process as many as wall-clock seconds: a suite that fits the time limit is never
+            # cut off by RLIMIT_CPU first (a 30 s suite, isolated, spends more than 60 CPU seconds in all).
+            limits = SandboxLimits(timeout_s=timeout_s, cpu_seconds=max(1, int(timeout_s)))
         self.limits = limits
         # keyed by event loop too: a future belongs to the loop that made it
         self._references: dict[tuple[int, str], asyncio.Future[PytestReport | None]] = {}
@@ -367,8 +478,13 @@ class TestsVerifier:
     async def _verify(self, task: Task, command: str, workspace: Mapping[str, str | bytes]) -> Verdict:
         findings = scan_files(workspace, task)
         args = _pytest_args(command, task)
-        if args is not None and task.test_isolation == "process":
-            return await self._isolated(task, workspace, args, findings)
+        if task.test_isolation == "process":
+            if args is not None:
+                return await self._isolated(task, workspace, args, findings)
+            unittest_args = _unittest_args(command, task)
+            if unittest_args is not None:
+                return await self._isolated(task, workspace, unittest_args, findings, method="isolated-unittest")
+            return await self._isolated(task, workspace, None, findings, command=command, method="exit_code")
         # Hidden tests join the workspace only now, read-only, in a sandbox of their own.
         spec = files_spec(task, workspace, self.limits)
         async with create_sandbox(self.reference_sandbox or "bwrap", spec) as fresh:
@@ -382,18 +498,55 @@ class TestsVerifier:
         findings = [dict(t) for t in {tuple(sorted(f.items())) for f in findings}]
         return self._judge(payload, findings, reference, args, isolation="in-process")
 
-    async def _isolated(self, task: Task, workspace: Mapping[str, str | bytes], args: list[str],
-                        findings: list[dict[str, Any]]) -> Verdict:
+    def task_limits(self, task: Task) -> tuple[SandboxLimits, float]:
+        """The sandbox limits and wall-clock limit of ``task``'s test runs: the defaults, then ``task.limits``."""
+        custom = task.limits
+        if custom is None:
+            return self.limits, self.timeout_s
+        timeout = custom.timeout_s or self.timeout_s
+        changes: dict[str, Any] = {"timeout_s": timeout}
+        if custom.cpu_seconds is not None:
+            changes["cpu_seconds"] = custom.cpu_seconds
+        elif custom.timeout_s is not None:  # more time and the default CPU: CPU follows the clock
+            changes["cpu_seconds"] = max(self.limits.cpu_seconds, int(timeout))
+        if custom.memory_mb is not None:
+            changes["memory_mb"] = custom.memory_mb
+        if custom.max_processes is not None:
+            changes["max_processes"] = custom.max_processes
+        return dataclasses.replace(self.limits, **changes), timeout
+
+    async def _isolated(self, task: Task, workspace: Mapping[str, str | bytes], args: list[str] | None,
+                        findings: list[dict[str, Any]], command: str | None = None,
+                        method: str = "isolated") -> Verdict:
+        limits, timeout = self.task_limits(task)
         run = await run_isolated(task, solution_files(task, workspace), args, sandbox=self.reference_sandbox or "bwrap",
-                                 limits=self.limits, timeout_s=self.timeout_s)
+                                 limits=limits, timeout_s=timeout, command=command)
         hacks = sorted(findings, key=lambda f: (f["code"], f.get("file", "")))
-        common = {"method": "isolated", "isolation": "process", "modules": run.modules}
+        common = {"method": method, "isolation": "process", "modules": run.modules}
         if run.payload is not None and run.payload.get("infra_error"):
             # Raised, not judged: an infrastructure failure is never the agent's outcome.
             raise SandboxError(f"isolated test run: {run.payload['infra_error']}")
+        limit = stopped_by(run.exit_code, run.timed_out, run.output_truncated, limits, timeout)
+        if limit is not None:
+            return self._finish(0.0, hacks, **common, exit_code=run.exit_code, timed_out=run.timed_out or None,
+                                limit=limit, reason=f"the test run was stopped by its {limit['name']} limit "
+                                                    f"({limit['value']})", output_tail=run.output_tail or None)
         if run.payload is None:
-            return self._finish(0.0, hacks, **common, exit_code=run.exit_code, timed_out=run.timed_out,
-                                reason="the test run did not report", output_tail=run.output_tail)
+            # The trusted side ran no agent code: its death without a report is the verifier's failure.
+            return Verdict.make(self, "error", 0.0, code="trusted_side_crashed", **common,
+                                exit_code=run.exit_code, reason="the trusted test run ended without a report",
+                                output_tail=run.output_tail, hack_detected=bool(hacks), hacks=hacks)
+        if command is not None:
+            ok = run.payload.get("exit") == 0
+            return self._finish(1.0 if ok else 0.0, hacks, **common, exit_code=run.payload.get("exit"),
+                                passed=int(ok), total=1, output_tail=None if ok else run.output[-600:])
+        if run.payload.get("exit") in (3, 4):
+            return Verdict.make(self, "error", 0.0, code="pytest_internal_error" if run.payload.get("exit") == 3
+                                else "pytest_usage_error", **common, exit_code=run.payload.get("exit"),
+                                reason="pytest stopped with an internal or usage error in the trusted process",
+                                messages={k: str(v)[-300:] for k, v in
+                                          list((run.payload.get("messages") or {}).items())[:3]},
+                                hack_detected=bool(hacks), hacks=hacks)
         report = PytestReport(outcomes={str(k): str(v) for k, v in run.payload.get("outcomes", {}).items()},
                               collection_errors=[str(e) for e in run.payload.get("collection_errors", [])])
         # The task's own skips, xfails and xpasses are not expected to pass; the solution cannot cause them.
@@ -406,7 +559,8 @@ class TestsVerifier:
                             passed=passed, total=len(expected), failed=failed[:20],
                             collection_errors=report.collection_errors[:5],
                             solution_error=run.payload.get("solution_error"),
-                            failures={node: str(messages.get(node, ""))[-300:] for node in failed[:5]})
+                            failures={node: str(messages.get(node, ""))[-300:] for node in failed[:5]},
+                            boundary=boundary_limits(failed, messages))
 
     def _judge(self, payload: Any, findings: list[dict[str, Any]], reference: PytestReport | None,
                args: list[str] | None, *, method: str = "junit", exit_ok: bool = False,
@@ -425,6 +579,12 @@ class TestsVerifier:
             return self._finish(0.0, hacks, isolation=isolation, method=method, exit_code=payload.get("exit"),
                                 timed_out=payload.get("timed_out"), reason="pytest did not report",
                                 output_tail=payload.get("output_tail"))
+        if payload.get("exit") in (3, 4) and not hacks:
+            # pytest's own internal or usage error cut the report short: what it did not collect is no hack.
+            return Verdict.make(self, "error", 0.0, code="pytest_internal_error" if payload.get("exit") == 3
+                                else "pytest_usage_error", isolation=isolation, method=method,
+                                exit_code=payload.get("exit"), hack_detected=False,
+                                reason="pytest stopped with an internal or usage error")
         if not payload.get("xml"):
             return self._finish(0.0, hacks, isolation=isolation, method=method, exit_code=payload.get("exit"),
                                 reason="no JUnit report")
