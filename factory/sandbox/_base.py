@@ -94,6 +94,12 @@ class SandboxSpec:
             listening socket connectable by other uids (``os.chmod(path,
             0o777)`` after ``bind``). Whatever a sandbox leaves there is
             untrusted: read it without following symlinks.
+        user_group: Sandboxes whose specs name the same group run their commands
+            as one unprivileged user, where a backend would give each its own
+            (bwrap run as root): what one writes in ``shared_dir`` with a private
+            mode (pytest makes ``tmp_path`` ``0o700``) the other can still use.
+            Their process limit is then shared. Backends that run every sandbox
+            as one user (docker: ``nobody``) need nothing for it.
     """
 
     files: Mapping[str, str | bytes] = field(default_factory=dict)
@@ -103,6 +109,7 @@ class SandboxSpec:
     image: str | None = None
     options: Mapping[str, str] = field(default_factory=dict)
     shared_dir: str | None = None
+    user_group: str | None = None
 
 
 @dataclass(frozen=True)

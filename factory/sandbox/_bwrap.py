@@ -7,7 +7,7 @@ network at all. The root is an empty tmpfs holding only: read-only ``/usr``
 (alternatives, the loader cache, the time zone) and generated ones
 (``passwd``/``group`` naming only the sandbox's user, ``nsswitch.conf``,
 ``hosts``), the Python prefixes (read-only, so the same interpreter with
-pytest runs inside), a private ``/proc``, ``/dev`` and size-limited ``/tmp``,
+pytest runs inside), a private ``/proc``, ``/dev``, and size-limited ``/dev/shm`` and ``/tmp``,
 the workspace at ``/workspace`` with the read-only files bound read-only on
 top, and the spec's ``shared_dir`` at ``/shared``.
 
@@ -87,8 +87,25 @@ class _UidPool:
         self._lock = threading.Lock()
         self._used: set[int] = set()
         self._next = 0
+        self._groups: dict[str, tuple[int, int]] = {}  # user group -> (uid, sandboxes holding it)
 
-    def acquire(self) -> int:
+    def acquire(self, group: str | None = None) -> int:
+        """A uid of its own, or the one the live sandboxes of ``group`` share (see ``SandboxSpec.user_group``)."""
+        if group is not None:
+            with self._lock:
+                if group in self._groups:
+                    uid, holders = self._groups[group]
+                    self._groups[group] = (uid, holders + 1)
+                    return uid
+            uid = self.acquire()
+            with self._lock:
+                if group in self._groups:  # another thread made the group meanwhile: join it
+                    self._used.discard((uid - 1_000_000) % self.SIZE)
+                    shared, holders = self._groups[group]
+                    self._groups[group] = (shared, holders + 1)
+                    return shared
+                self._groups[group] = (uid, 1)
+            return uid
         base = 1_000_000 + (os.getpid() % 10_000) * self.SIZE
         with self._lock:
             for offset in range(self.SIZE):
@@ -101,8 +118,14 @@ class _UidPool:
             self._next += 1
             return base + self._next % self.SIZE
 
-    def release(self, uid: int) -> None:
+    def release(self, uid: int, group: str | None = None) -> None:
         with self._lock:
+            if group is not None and group in self._groups:
+                shared, holders = self._groups[group]
+                if holders > 1:
+                    self._groups[group] = (shared, holders - 1)
+                    return
+                del self._groups[group]
             self._used.discard((uid - 1_000_000) % self.SIZE)
 
 
@@ -248,7 +271,7 @@ class BwrapSandbox(Sandbox):
             raise SandboxError(f"shared_dir {shared} is not a directory")
         _seccomp()  # an architecture without a filter fails here, not at the first command
         self._bwrap = bwrap
-        self._uid = _UIDS.acquire() if privileged else None
+        self._uid = _UIDS.acquire(self.spec.user_group) if privileged else None
         try:
             await asyncio.to_thread(self._create, setpriv)
         except BaseException:
@@ -289,7 +312,10 @@ class BwrapSandbox(Sandbox):
         for generated in sorted(etc.iterdir()):
             argv += ["--ro-bind", str(generated), f"/etc/{generated.name}"]
         # /proc, /dev and /tmp first: a later bind (a venv under /tmp, say) must land on top of them.
+        # bwrap's /dev/shm is a root-owned directory the sandbox's uid cannot write: POSIX semaphores and
+        # shared memory (multiprocessing.Pool, ProcessPoolExecutor) need a writable one, size-limited like /tmp.
         argv += ["--proc", "/proc", "--dev", "/dev",
+                 "--perms", "1777", "--size", str(limits.tmp_mb * 1024 * 1024), "--tmpfs", "/dev/shm",
                  "--perms", "1777", "--size", str(limits.tmp_mb * 1024 * 1024), "--tmpfs", "/tmp"]
         made: set[str] = {"/tmp", "/etc"}
         for mount in _python_mounts(self._python):
@@ -325,7 +351,7 @@ class BwrapSandbox(Sandbox):
 
         await asyncio.to_thread(remove)
         if self._uid is not None:
-            _UIDS.release(self._uid)
+            _UIDS.release(self._uid, self.spec.user_group)
             self._uid = None
 
     async def exec(

@@ -25,12 +25,25 @@ The two talk over a Unix socket in a directory only they share. The report
 is built by pytest's hooks in the trusted process and read from that
 process's stdout, which the solution's process cannot write to.
 
-Known limits, by design: a test that passes a callable or another
-non-plain object *to* the solution, relies on the solution mutating an
-argument in place, runs the solution as a program (``subprocess``), or
-reads a file the solution wrote, cannot work across the boundary — such a
-task sets ``test_isolation: "in-process"`` and its verdicts say
-``isolation: in-process``.
+Every test command runs this way, not only pytest: the trusted sandbox runs
+the task's own command unchanged (``make test``, a shell script, ``python
+test_x.py``) with a bootstrap of ours first on ``PYTHONPATH``
+(:mod:`._boundary`), so that every Python process it starts imports the
+solution through the boundary and runs the solution's programs (``python
+cli.py``, ``python -m pkg``) in the solution sandbox through a proxy; its
+exit status, reported by a launcher that ran no agent code, is the verdict.
+The solution sandbox's front door (:mod:`._program_server`) serves each
+trusted process from a fresh solution process of its own. One scratch area,
+at the same path in both sandboxes, holds the tests' temporary files
+(``TMPDIR``, pytest's ``--basetemp``); both sandboxes run as one user so
+that pytest's private ``tmp_path`` folders are the solution's too. Data
+files shipped with the visible tests are in the solution sandbox too,
+read-only, for tests that hand their paths to the code under test.
+
+Known limits: see :mod:`._boundary`; a task whose tests cannot be split
+from the solution (a compiled test binary that links it) sets
+``test_isolation: "in-process"`` and its verdicts say ``isolation:
+in-process``.
 """
 
 from __future__ import annotations
@@ -53,23 +66,61 @@ from typing import Any
 
 from factory.sandbox import SandboxLimits, SandboxSpec, create_sandbox, sandbox_folder
 from factory.tasks import Task
+from factory.verifiers._boundary import BOUNDARY_DIR, SETTINGS_NAME
 
-__all__ = ["IsolatedRun", "module_names", "run_isolated", "solution_files", "trusted_files"]
+__all__ = ["IsolatedRun", "bootstrap_source", "module_names", "run_isolated", "solution_files", "test_data_files",
+           "trusted_files"]
 
 SOCKET_NAME = "solution.sock"
+#: The scratch area's folder in the shared directory: the tests' temporary files, seen by both sides.
+SCRATCH_NAME = "scratch"
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: Files the interpreter or pytest would act on by their mere presence.
 _HOOK_NAMES = frozenset({"sitecustomize.py", "usercustomize.py", "conftest.py"})
 _HOOK_SUFFIXES = (".pyc", ".pyo", ".pth")
 
 
+def _source(name: str, entry: bool) -> str:
+    """Module ``name``'s source for a composed script; its ``__main__`` block only if it is the ``entry``."""
+    text = resources.files("factory.verifiers").joinpath(f"{name}.py").read_text()
+    text = re.sub(r"^from __future__ import annotations$", "", text, flags=re.MULTILINE)
+    # Host-only imports never run in a sandbox: the modules before this one define those names.
+    text = re.sub(r'^if __name__ != "__main__":', "if False:", text, flags=re.MULTILINE)
+    if not entry:
+        text = re.sub(r'^if __name__ == "__main__":', "if False:", text, flags=re.MULTILINE)
+    return text
+
+
 @functools.cache
-def _script(name: str) -> str:
-    """The source sent to ``python -c``: the wire helpers, then module ``name``."""
-    package = resources.files("factory.verifiers")
-    parts = [package.joinpath("_wire.py").read_text(), package.joinpath(f"{name}.py").read_text()]
-    return "\n".join(re.sub(r"^from __future__ import annotations$", "", part, flags=re.MULTILINE)
-                     for part in parts)
+def _script(*names: str, tail: str = "") -> str:
+    """The source sent to ``python -c``: the wire helpers, then modules ``names`` (the last is the entry).
+
+    ``tail`` is inserted before the entry module.
+    """
+    parts = [_source("_wire", False)] + [_source(n, False) for n in names[:-1]] + [tail, _source(names[-1], True)]
+    return "\n".join(parts)
+
+
+#: What each side runs: the solution's front door; the trusted pytest runner; the trusted launcher of any
+#: other command; the bootstrap every trusted Python process loads.
+def _dispatcher_script() -> str:
+    return _script("_solution_server", "_program_server")
+
+
+def _runner_script() -> str:
+    return _script("_program_server", "_boundary", "_trusted_runner",
+                   tail="prepare_runner(os.path.join(os.getcwd(), BOUNDARY_DIR))\n")
+
+
+def _launcher_script() -> str:
+    return _script("_program_server", "_trusted_runner", "_boundary")
+
+
+@functools.cache
+def bootstrap_source() -> str:
+    """The trusted sandbox's ``sitecustomize.py`` (see :mod:`._boundary`)."""
+    parts = [_source(n, False) for n in ("_wire", "_program_server", "_trusted_runner", "_boundary")]
+    return "\n".join([*parts, "install(os.path.dirname(os.path.abspath(__file__)))\n"])
 
 
 def _is_hook(path: str) -> bool:
@@ -98,6 +149,15 @@ def trusted_files(task: Task) -> tuple[dict[str, str], dict[str, str]]:
     return data, {**task.tests, **task.hidden_tests}
 
 
+def test_data_files(task: Task) -> dict[str, str]:
+    """Data files shipped with the visible tests, which tests may hand to the code under test.
+
+    They are in the solution sandbox too, read-only. Hidden tests' files are
+    not: they could hold expected values the solution was never given.
+    """
+    return {p: t for p, t in task.tests.items() if not p.endswith(".py") and not _is_hook(p)}
+
+
 def _top_level_names(paths: list[str]) -> set[str]:
     names = set()
     for path in paths:
@@ -122,6 +182,11 @@ def module_names(solution: Mapping[str, Any], trusted: Mapping[str, Any]) -> lis
                   - set(sys.stdlib_module_names))
 
 
+def _without(nonce: str, output: str) -> str:
+    """``output`` without the report line."""
+    return "\n".join(line for line in output.splitlines() if not line.startswith(nonce + " "))
+
+
 @dataclass
 class IsolatedRun:
     """What one isolated test run reported.
@@ -133,6 +198,8 @@ class IsolatedRun:
         timed_out: The run hit its time limit.
         output_tail: The end of the trusted process's output, when it did not report.
         modules: The solution module names served.
+        output_truncated: The trusted side's output passed the output limit (its tree was killed).
+        output: The trusted command's output (the end of it), for a command that is not pytest.
     """
 
     payload: dict[str, Any] | None
@@ -140,16 +207,21 @@ class IsolatedRun:
     timed_out: bool
     output_tail: str = ""
     modules: list[str] = field(default_factory=list)
+    output_truncated: bool = False
+    output: str = ""
 
 
-async def run_isolated(task: Task, solution: Mapping[str, str | bytes], args: list[str], *, sandbox: str,
-                       limits: SandboxLimits, timeout_s: float, call_timeout_s: float | None = None) -> IsolatedRun:
+async def run_isolated(task: Task, solution: Mapping[str, str | bytes], args: list[str] | None, *, sandbox: str,
+                       limits: SandboxLimits, timeout_s: float, call_timeout_s: float | None = None,
+                       command: str | None = None) -> IsolatedRun:
     """Run the task's tests in a trusted sandbox against ``solution`` served from another.
 
     Args:
         task: The task (its tests and hidden tests are the trusted side's).
         solution: The solution sandbox's files (see :func:`solution_files`).
-        args: pytest arguments.
+        args: pytest arguments, or None to run ``command`` instead.
+        command: A test command that is not pytest, run unchanged with ``sh -c``
+            in the trusted sandbox (with ``args`` None); its exit status is the report.
         sandbox: Backend name for both sandboxes.
         limits: Limits of each sandbox.
         timeout_s: Wall-clock limit of the whole run.
@@ -160,16 +232,31 @@ async def run_isolated(task: Task, solution: Mapping[str, str | bytes], args: li
     Raises:
         SandboxError: If a sandbox cannot start (an infrastructure failure, not a verdict).
     """
+    if (args is None) == (command is None):
+        raise ValueError("run_isolated takes pytest args or a command, not both")
     data, tests = trusted_files(task)
     modules = module_names(solution, {**data, **tests})
     shared = tempfile.mkdtemp(prefix="factory-channel-", dir=sandbox_folder())  # swept if this process dies
     os.chmod(shared, 0o1777)  # each sandbox may run as its own uid; sticky: neither removes the other's files
+    os.mkdir(os.path.join(shared, SCRATCH_NAME), 0o1777)
+    os.chmod(os.path.join(shared, SCRATCH_NAME), 0o1777)
     nonce = secrets.token_hex(16)
+    group = f"verify-{nonce[:12]}"  # one user for both: pytest's 0o700 tmp_path folders are the solution's too
     try:
         # Both sides start from the task's image: the solution runs where the agent wrote it.
-        solution_spec = SandboxSpec(files=dict(solution), limits=limits, shared_dir=shared, image=task.image)
-        trusted_spec = SandboxSpec(files=data, readonly_files=tests, limits=limits, shared_dir=shared,
-                                   image=task.image)
+        solution_spec = SandboxSpec(files=dict(solution), readonly_files=test_data_files(task), limits=limits,
+                                    shared_dir=shared, image=task.image, user_group=group)
+        probe = create_sandbox(sandbox, SandboxSpec(shared_dir=shared, image=task.image))
+        shared_path = probe.shared_path
+        scratch = f"{shared_path}/{SCRATCH_NAME}"
+        call_timeout = call_timeout_s or timeout_s / 2
+        programs = sorted(p for p in solution if p not in data and p not in tests)
+        boundary = {"socket": f"{shared_path}/{SOCKET_NAME}", "modules": modules, "programs": programs,
+                    "scratch": scratch, "call_timeout": call_timeout, "connect_timeout": min(30.0, timeout_s)}
+        bootstrap = {f"{BOUNDARY_DIR}/sitecustomize.py": bootstrap_source(),
+                     f"{BOUNDARY_DIR}/{SETTINGS_NAME}": json.dumps(boundary)}
+        trusted_spec = SandboxSpec(files=data, readonly_files={**tests, **bootstrap}, limits=limits,
+                                   shared_dir=shared, image=task.image, user_group=group)
         solution_box, trusted_box = create_sandbox(sandbox, solution_spec), create_sandbox(sandbox, trusted_spec)
         async with contextlib.AsyncExitStack() as stack:
             stack.push_async_callback(trusted_box.close)  # close is safe on a sandbox that never started
@@ -180,26 +267,27 @@ async def run_isolated(task: Task, solution: Mapping[str, str | bytes], args: li
             if failed is not None:
                 raise failed
             # Paths relative to the workspace, where every backend starts a command.
-            server_settings = {"socket": f"{solution_box.shared_path}/{SOCKET_NAME}", "accept_timeout": timeout_s,
+            server_settings = {"socket": f"{solution_box.shared_path}/{SOCKET_NAME}", "scratch": scratch,
                                "paths": ["."] + (["src"] if any(p.startswith("src/") for p in solution) else [])}
-            # A hung call must leave the trusted side time to report the other tests.
-            runner_settings = {"socket": f"{trusted_box.shared_path}/{SOCKET_NAME}", "modules": modules,
-                               "args": args, "nonce": nonce, "call_timeout": call_timeout_s or timeout_s / 2,
-                               "connect_timeout": min(30.0, timeout_s)}
             server = asyncio.ensure_future(solution_box.exec(
-                ["python", "-I", "-B", "-c", _script("_solution_server")], timeout=timeout_s,
+                ["python", "-I", "-B", "-c", _dispatcher_script()], timeout=timeout_s + 5,
                 stdin=json.dumps(server_settings)))
             try:
-                result = await trusted_box.exec(["python", "-I", "-B", "-c", _script("_trusted_runner")],
-                                                timeout=timeout_s, stdin=json.dumps(runner_settings))
+                if args is not None:
+                    # A hung call must leave the trusted side time to report the other tests.
+                    runner_settings = {"socket": boundary["socket"], "modules": modules,
+                                       "args": [*args, f"--basetemp={scratch}/pytest"], "nonce": nonce,
+                                       "call_timeout": call_timeout, "connect_timeout": boundary["connect_timeout"]}
+                    result = await trusted_box.exec(["python", "-I", "-B", "-c", _runner_script()],
+                                                    timeout=timeout_s, stdin=json.dumps(runner_settings))
+                else:
+                    result = await trusted_box.exec(["python", "-I", "-B", "-c", _launcher_script()],
+                                                    timeout=timeout_s,
+                                                    stdin=json.dumps({"nonce": nonce, "command": command}))
             finally:
-                # The trusted side hung up, so the server has nothing left to serve: stop it.
-                if not server.done():
-                    try:
-                        await asyncio.wait_for(asyncio.shield(server), 2)
-                    except asyncio.TimeoutError:
-                        server.cancel()
-                        await asyncio.gather(server, return_exceptions=True)
+                # The trusted side is done, so the front door has nothing left to serve: stop it.
+                server.cancel()
+                await asyncio.gather(server, return_exceptions=True)
     finally:
         shutil.rmtree(shared, ignore_errors=True)
     for line in reversed(result.stdout.splitlines()):
@@ -208,6 +296,9 @@ async def run_isolated(task: Task, solution: Mapping[str, str | bytes], args: li
                 payload = json.loads(base64.b64decode(line[len(nonce) + 1:]))
             except ValueError:
                 break
-            return IsolatedRun(payload, result.exit_code, result.timed_out, modules=modules)
-    return IsolatedRun(None, result.exit_code, result.timed_out,
-                       output_tail=(result.stdout + result.stderr)[-600:], modules=modules)
+            return IsolatedRun(payload, result.exit_code, result.timed_out, modules=modules,
+                               output_truncated=result.output_truncated,
+                               output=_without(nonce, result.stdout + result.stderr)[-2000:]
+                               if command is not None else "")
+    return IsolatedRun(None, result.exit_code, result.timed_out, output_tail=(result.stdout + result.stderr)[-600:],
+                       modules=modules, output_truncated=result.output_truncated)

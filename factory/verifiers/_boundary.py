@@ -1,0 +1,280 @@
+"""The trusted sandbox's bootstrap: the import boundary and program proxies in every Python process.
+
+The trusted sandbox holds the task's own files and tests and not one file
+the agent wrote, plus, read-only, a folder of ours (:data:`BOUNDARY_DIR`)
+with this bootstrap as ``sitecustomize.py`` and its settings. Every command
+there runs with that folder first on ``PYTHONPATH``, so every Python process
+the task's test command starts (pytest, ``python -m unittest`` under
+``make``, a script's ``python test_x.py``) runs :func:`install` before any
+test code:
+
+- an import hook, last on ``sys.meta_path``, for the solution's top-level
+  module names: the first import of one connects to the solution sandbox's
+  front door (:mod:`._program_server`), which serves this process's imports
+  from a fresh solution process of its own (:mod:`._trusted_runner`'s
+  proxies, :mod:`._solution_server`);
+- a program proxy: a process started as one of the solution's programs
+  (``python cli.py``, ``python -m pkg``, found in ``sys.orig_argv``) runs it
+  in the solution sandbox instead, relaying argv, standard input, output,
+  error, exit status (a signal as the same signal), environment and working
+  directory, and exits as it did;
+- a guard on the scratch area (the one folder both sandboxes write, at the
+  same path in both; ``TMPDIR`` and pytest's ``--basetemp`` point there): an
+  audit hook refuses to open a path inside it that resolves outside it, so
+  a link the solution planted there (``out.json -> tests/expected.json``)
+  cannot hand a test its own expected values.
+
+A command that is not pytest runs under :func:`launch`, which gives it that
+environment, runs it with ``sh -c`` unchanged, and reports its exit status
+as one ``<nonce> <base64 JSON>`` line: the status of a process tree that
+ran no agent code, whatever the agent's programs printed or returned.
+pytest commands run under :mod:`._trusted_runner` with the same environment
+for the processes their tests start.
+
+Known limits: a process started with ``python -I``, ``-E`` or ``-S`` loads
+no bootstrap, so it can neither import the solution nor run its programs
+(the test fails; nothing is forged); non-Python tools (``diff``, ``cat``)
+follow links in the scratch area.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+if __name__ != "__main__":  # imported on the host (tests); in the sandbox the sources precede this
+    from factory.verifiers._program_server import read_stream_frame, write_stream_frame
+    from factory.verifiers._trusted_runner import SolutionClient, SolutionFinder
+    from factory.verifiers._wire import Channel
+
+__all__ = ["BOUNDARY_DIR", "SETTINGS_NAME", "guard_scratch", "install", "launch", "program_argv"]
+
+#: The bootstrap's folder, relative to the trusted workspace.
+BOUNDARY_DIR = ".factory-boundary"
+SETTINGS_NAME = "settings.json"
+#: Interpreter options that take a value (``-W error``, ``-X dev``).
+_OPTIONS_WITH_VALUE = frozenset({"-W", "-X", "--check-hash-based-pycs"})
+
+
+def _connect(path, deadline):
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(path)
+            return sock
+        except OSError:
+            sock.close()
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
+def program_argv(orig_argv, cwd, workspace, programs, modules):
+    """The interpreter arguments to relay when this process was started as a solution program, else None.
+
+    Args:
+        orig_argv: ``sys.orig_argv``.
+        cwd: The working directory.
+        workspace: The trusted workspace's absolute path.
+        programs: The solution's files (workspace-relative) that the trusted workspace lacks.
+        modules: The solution's top-level module names.
+    """
+    args = list(orig_argv[1:])
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        if arg == "-m" or (arg.startswith("-m") and not arg.startswith("--")):
+            name = args[index + 1] if arg == "-m" and index + 1 < len(args) else arg[2:]
+            if name.split(".")[0] in modules:
+                return args
+            return None
+        if arg == "-c" or arg.startswith("-c") and not arg.startswith("--") or arg == "-":
+            return None
+        if arg in _OPTIONS_WITH_VALUE:
+            index += 2
+            continue
+        if arg.startswith("-"):
+            index += 1
+            continue
+        path = os.path.normpath(os.path.join(cwd, arg))
+        rel = os.path.relpath(path, workspace)
+        if rel.startswith("..") or os.path.exists(path):
+            return None
+        if rel in programs:
+            return args
+        return None
+    return None
+
+
+def _relay(settings, argv, bootstrap):
+    """Run ``argv`` with the solution's interpreter, in the solution sandbox; exit as the program did."""
+    sock = _connect(settings["socket"], time.monotonic() + settings.get("connect_timeout", 30))
+    env = dict(os.environ)
+    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and os.path.abspath(p) != bootstrap]
+    if paths:
+        env["PYTHONPATH"] = os.pathsep.join(paths)
+    else:
+        env.pop("PYTHONPATH", None)
+    Channel(sock).send({"op": "program", "argv": argv, "cwd": os.getcwd(), "env": env})
+    lock = threading.Lock()
+
+    def feed():
+        try:
+            while True:
+                data = os.read(0, 65536)
+                if not data:
+                    break
+                with lock:
+                    write_stream_frame(sock, b"i", data)
+        except OSError:
+            pass
+        try:
+            with lock:
+                write_stream_frame(sock, b"I")
+        except OSError:
+            pass
+
+    threading.Thread(target=feed, daemon=True).start()
+    while True:
+        try:
+            tag, data = read_stream_frame(sock)
+        except (EOFError, OSError, ValueError):
+            os.write(2, b"factory: the solution's program ended without an exit status\n")
+            os._exit(1)
+        if tag in (b"o", b"e"):
+            fd = 1 if tag == b"o" else 2
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        elif tag == b"E":
+            os.write(2, data[:2000] + b"\n")
+            os._exit(127)
+        elif tag == b"x" and len(data) == 4:
+            (code,) = struct.unpack(">i", data)
+            if code < 0:
+                import signal
+
+                try:
+                    signal.signal(-code, signal.SIG_DFL)
+                    os.kill(os.getpid(), -code)
+                except (OSError, ValueError):
+                    pass
+                os._exit(128 - code)
+            os._exit(code & 0xFF)
+
+
+class LazySolutionFinder:
+    """The import hook, connecting to the solution sandbox on the first import of a solution name."""
+
+    def __init__(self, settings):
+        self.settings = settings
+        self.names = frozenset(settings.get("modules", ()))
+        self.finder = None
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname.split(".")[0] not in self.names:
+            return None
+        if self.finder is None:
+            sock = _connect(self.settings["socket"], time.monotonic() + self.settings.get("connect_timeout", 30))
+            client = SolutionClient(Channel(sock), self.settings.get("call_timeout", 60))
+            self.finder = SolutionFinder(client, self.names)
+        return self.finder.find_spec(fullname, path, target)
+
+    def invalidate_caches(self):
+        return None
+
+
+def guard_scratch(scratch):
+    """Refuse to open, in this process, a path inside ``scratch`` that resolves outside it."""
+    root = os.path.realpath(scratch)
+
+    def audit(event, args):
+        if event not in ("open", "os.listdir", "os.scandir") or not args:
+            return
+        target = args[0]
+        if not isinstance(target, (str, bytes)):
+            return
+        try:
+            path = os.path.abspath(os.fsdecode(target))
+        except (TypeError, ValueError):
+            return
+        if path != root and not path.startswith(root + os.sep):
+            return
+        real = os.path.realpath(path)
+        if real != root and not real.startswith(root + os.sep):
+            raise PermissionError(f"factory: {path} is a link out of the scratch area the solution shares; "
+                                  "it is not followed")
+
+    sys.addaudithook(audit)
+
+
+def _load(bootstrap):
+    with open(os.path.join(bootstrap, SETTINGS_NAME), encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def install(bootstrap):
+    """Set this trusted Python process up (see the module docstring)."""
+    settings = _load(bootstrap)
+    workspace = os.path.dirname(bootstrap)
+    if settings.get("scratch"):
+        guard_scratch(settings["scratch"])
+    orig_argv = getattr(sys, "orig_argv", sys.argv)
+    argv = program_argv(orig_argv, os.getcwd(), workspace, frozenset(settings.get("programs", ())),
+                        frozenset(settings.get("modules", ())))
+    if argv is not None:
+        _relay(settings, argv, bootstrap)
+    sys.meta_path.append(LazySolutionFinder(settings))
+
+
+def child_environment(bootstrap, scratch, base=None):
+    """The environment trusted commands run with: the bootstrap first on the path, temporary files in scratch."""
+    env = dict(os.environ if base is None else base)
+    env["PYTHONPATH"] = os.pathsep.join([bootstrap] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    env.pop("PYTEST_ADDOPTS", None)
+    env.pop("PYTHONSTARTUP", None)
+    if scratch:
+        env["TMPDIR"] = scratch
+    return env
+
+
+def prepare_runner(bootstrap):
+    """Give this process (the trusted pytest runner, started with ``-I``) the environment of a trusted command."""
+    settings = _load(bootstrap)
+    if settings.get("scratch"):
+        guard_scratch(settings["scratch"])
+    os.umask(0o000)  # what the tests write in the scratch area stays usable by the solution
+    env = child_environment(bootstrap, settings.get("scratch"))
+    os.environ.clear()
+    os.environ.update(env)
+
+
+def launch(settings):
+    """Run ``settings["command"]`` unchanged with ``sh -c``; return the report payload (its exit status)."""
+    bootstrap = os.path.join(os.getcwd(), BOUNDARY_DIR)
+    boundary = _load(bootstrap)
+    os.umask(0o000)
+    env = child_environment(bootstrap, boundary.get("scratch"))
+    try:
+        process = subprocess.run(["sh", "-c", settings["command"]], stdin=subprocess.DEVNULL, env=env)
+    except OSError as exc:
+        return {"infra_error": f"cannot start the test command: {exc}"}
+    return {"exit": process.returncode}
+
+
+if __name__ == "__main__":
+    sys.dont_write_bytecode = True
+    _settings = json.loads(sys.stdin.read())
+    sys.stdin.close()
+    _nonce = _settings.pop("nonce")
+    _payload = launch(_settings)
+    sys.stdout.flush()
+    print("\n" + _nonce + " " + base64.b64encode(json.dumps(_payload).encode()).decode(), flush=True)
