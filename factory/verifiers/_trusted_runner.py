@@ -78,6 +78,8 @@ class BoundaryError(BaseException):
 
 #: Test node id -> what could not cross while it ran (reported for the tests that fail).
 _BOUNDARY = {}
+#: The test function a decorator of the solution wraps in the running test, and whether it was called.
+_RUN = {"watch": None, "ran": False}
 
 
 class SolutionUnavailable(BaseException):
@@ -230,7 +232,10 @@ class SolutionClient(Endpoint):
                     category = None
                 if not (isinstance(category, type) and issubclass(category, Warning)):
                     category = UserWarning
-                warnings.warn_explicit(entry[1], category, entry[2], entry[3])
+                try:
+                    warnings.warn_explicit(entry[1], category, entry[2], entry[3])
+                except BaseException as exc:  # -W error: raised in the test once the call is over, as in-process
+                    self.pending = self.pending or exc
         return message
 
     def request(self, op, **fields):
@@ -418,6 +423,8 @@ class SolutionClient(Endpoint):
             args = [self.decode(a, refs) for a in request["a"]]
             kwargs = {str(k): self.decode(v, refs) for k, v in request["k"]}
             refs.before = container_states(refs, lambda item: self.encode(item, refs))
+            if target is _RUN["watch"]:
+                _RUN["ran"] = True
             return target(*args, **kwargs)
         if op == "getattr":
             name = request.get("name")
@@ -762,6 +769,8 @@ class RemoteObject:
         return result if type(result) is str else self._factory_describe()
 
     def __getattr__(self, name):
+        if name == "__dict__":  # pytest reads a test function's keywords from it: a handle has none here
+            return {}
         if name == "__wrapped__":  # a decorator of the solution on a test's function: pytest finds the function
             value = self._op("getattr", name=name)
             if getattr(type(value), "_factory_handle_of", None) is not None:
@@ -1010,6 +1019,8 @@ class _Outcomes:
         self.messages = {}
         self.collection_errors = []
         self.boundary = []
+        self.functions = {}
+        self.watched = set()
 
     def pytest_collectreport(self, report):
         if report.failed:
@@ -1020,24 +1031,48 @@ class _Outcomes:
     def pytest_runtest_setup(self, item):
         _NAN["current"] = item.nodeid
 
+    def pytest_runtest_call(self, item):
+        # A test function the solution decorated: the pass counts only if the test's own function ran.
+        _RUN["watch"], _RUN["ran"] = None, False
+        obj = getattr(item, "obj", None)
+        if getattr(type(obj), "_factory_handle_of", None) is not None:
+            try:
+                _RUN["watch"] = obj.__wrapped__
+            except BaseException:
+                _RUN["watch"] = None
+            self.watched.add(item.nodeid)
+
     def pytest_pycollect_makeitem(self, collector, name, obj):
         # A test function the solution replaced by something pytest cannot collect (a decorator returning a
         # non-function) would vanish from the run silently: it fails instead.
-        if getattr(type(obj), "_factory_handle_of", None) is None or isinstance(obj, type) \
-                or not collector.funcnamefilter(name):
+        if isinstance(obj, (types.FunctionType, type, staticmethod, classmethod)) or not collector.funcnamefilter(name) \
+                or name not in self.defined_functions(collector.path):
             return None
         try:
-            wrapped = obj.__wrapped__
+            wrapped = obj.__wrapped__ if getattr(type(obj), "_factory_handle_of", None) is not None else None
         except BaseException:
             wrapped = None
         if not isinstance(wrapped, types.FunctionType):
             node = f"{collector.nodeid}::{name}"
             self.outcomes[node] = "failed"
-            self.messages[node] = ("the test function was replaced by an object of the solution that does not "
-                                   "wrap it (no __wrapped__): it cannot be collected")
+            self.messages[node] = ("the test function was replaced (by a decorator of the solution) with something "
+                                   "that does not wrap it (no __wrapped__): it cannot be collected, so it fails")
             self.boundary.append({"test": node, "what": "a test function decorated by the solution does not "
                                                         "carry __wrapped__, so pytest cannot collect it"})
         return None
+
+    def defined_functions(self, path):
+        """Names of the functions a test file defines (``def``), read from its source."""
+        if path not in self.functions:
+            import ast
+
+            try:
+                tree = ast.parse(path.read_text())
+            except (OSError, SyntaxError, ValueError):
+                tree = None
+            self.functions[path] = frozenset(node.name for node in ast.walk(tree) if isinstance(
+                node, (ast.FunctionDef, ast.AsyncFunctionDef))) if tree is not None else frozenset()
+        return self.functions[path]
 
     def boundary_entries(self):
         """``[{"test", "what"}]``: what could not cross, for each test that failed."""
@@ -1055,6 +1090,11 @@ class _Outcomes:
             self.messages[node] = ("the test received a NaN from the solution and never checked it with "
                                    "math.isnan or pytest.approx(nan_ok=True): NaN passes ordered comparisons "
                                    "vacuously, so the pass is not counted")
+            return
+        if report.when == "call" and report.passed and node in self.watched and not _RUN["ran"]:
+            self.outcomes[node] = "failed"
+            self.messages[node] = ("the test function is wrapped by a decorator of the solution that never ran it: "
+                                   "the pass is not counted")
             return
         if report.failed:
             self.outcomes[node] = "failed"
