@@ -257,14 +257,18 @@ def scan_files(files: Mapping[str, str | bytes], task: Task) -> list[dict[str, A
 _BOUNDARY_LINE = re.compile(r"BoundaryError:\s*(.+)")
 
 
-def boundary_limits(failed: list[str], messages: Mapping[str, Any]) -> list[dict[str, str]]:
+def boundary_limits(failed: list[str], messages: Mapping[str, Any],
+                    reported: list[Any] | None = None) -> list[dict[str, str]]:
     """The failed tests that failed only because something could not cross the isolation boundary.
 
-    A test whose failure message is a ``BoundaryError`` (raised by the trusted side when a value cannot
-    be passed to the solution, or a solution object cannot be compared there) is listed with what could
-    not cross: ``{"test": node id, "what": the error's message}``. A wrong answer is never listed.
+    What the trusted runner reported (``reported``: ``{"test", "what"}`` entries) for a failed test,
+    and each failed test whose failure message is a ``BoundaryError`` (raised by the trusted side when
+    a value cannot be passed to the solution, or a solution object cannot be compared there), with what
+    could not cross: ``{"test": node id, "what": the error's message}``. A wrong answer is never listed.
     """
-    limits = []
+    failing = set(failed)
+    limits = [{"test": str(e["test"]), "what": str(e.get("what") or "")[:300]} for e in reported or []
+              if isinstance(e, dict) and e.get("test") in failing]
     for node in failed:
         message = str(messages.get(node) or "")
         if "BoundaryError" not in message:
@@ -272,7 +276,7 @@ def boundary_limits(failed: list[str], messages: Mapping[str, Any]) -> list[dict
         found = _BOUNDARY_LINE.findall(message)
         what = found[-1].strip() if found else "a value that cannot cross the isolation boundary"
         limits.append({"test": node, "what": what[:300]})
-    return limits
+    return [dict(entry) for entry in dict.fromkeys(tuple(e.items()) for e in limits)]
 
 
 def _pytest_args(command: str, task: Task) -> list[str] | None:
@@ -560,7 +564,7 @@ class TestsVerifier:
                             collection_errors=report.collection_errors[:5],
                             solution_error=run.payload.get("solution_error"),
                             failures={node: str(messages.get(node, ""))[-300:] for node in failed[:5]},
-                            boundary=boundary_limits(failed, messages))
+                            boundary=boundary_limits(failed, messages, run.payload.get("boundary")))
 
     def _judge(self, payload: Any, findings: list[dict[str, Any]], reference: PytestReport | None,
                args: list[str] | None, *, method: str = "junit", exit_ok: bool = False,
