@@ -756,6 +756,14 @@ class RemoteObject:
     def _op(self, op, **fields):
         return object.__getattribute__(self, "_client").request(op, h=self._factory_handle_of(), **fields)
 
+    def _factory_wrapped(self):
+        """The test's own function this object of the solution wraps (``__wrapped__``), or None."""
+        try:
+            value = self._op("getattr", name="__wrapped__")
+        except Exception:
+            return None
+        return value if isinstance(value, types.FunctionType) else None
+
     def _factory_describe(self):
         kind = "function" if object.__getattribute__(self, "_callable") else "object"
         return f"<solution {kind} {object.__getattribute__(self, '_type')} #{object.__getattribute__(self, '_key')}>"
@@ -769,13 +777,20 @@ class RemoteObject:
         return result if type(result) is str else self._factory_describe()
 
     def __getattr__(self, name):
-        if name == "__dict__":  # pytest reads a test function's keywords from it: a handle has none here
-            return {}
-        if name == "__wrapped__":  # a decorator of the solution on a test's function: pytest finds the function
-            value = self._op("getattr", name=name)
-            if getattr(type(value), "_factory_handle_of", None) is not None:
+        if name in ("__dict__", "pytestmark"):
+            # A decorator of the solution on a test's function: pytest reads keywords and marks from the
+            # test's own function, never from the solution.
+            wrapped = self._factory_wrapped()
+            if name == "__dict__":
+                return dict(wrapped.__dict__) if wrapped is not None else {}
+            if wrapped is None or not hasattr(wrapped, name):
                 raise AttributeError(name)
-            return value
+            return wrapped.pytestmark
+        if name == "__wrapped__":  # pytest finds the test's function through it
+            wrapped = self._factory_wrapped()
+            if wrapped is None:
+                raise AttributeError(name)
+            return wrapped
         if name.startswith("__") and name.endswith("__") and name not in ("__name__", "__doc__", "__qualname__"):
             raise AttributeError(name)
         return self._op("getattr", name=name)
@@ -1052,7 +1067,8 @@ class _Outcomes:
             wrapped = obj.__wrapped__ if getattr(type(obj), "_factory_handle_of", None) is not None else None
         except BaseException:
             wrapped = None
-        if not isinstance(wrapped, types.FunctionType):
+        if not isinstance(wrapped, types.FunctionType) or wrapped.__name__ != name:
+            # (the name too: a wrapper must not borrow another test's function, and with it its marks)
             node = f"{collector.nodeid}::{name}"
             self.outcomes[node] = "failed"
             self.messages[node] = ("the test function was replaced (by a decorator of the solution) with something "

@@ -1,0 +1,783 @@
+"""Honest test patterns carried across the import boundary, and attacks on each new crossing.
+
+Every case is a small task verified by the real isolated ``tests`` verifier
+on bwrap (two sandboxes: pytest and the tests in one, the solution in the
+other). Honest solutions must pass; a hostile solution that tries to reach
+the trusted side through what crosses (the test's callables and objects,
+write-back, value objects, output relay, decorators) must never pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import textwrap
+
+import pytest
+
+from factory.sandbox import SandboxLimits
+from factory.tasks import Task
+from factory.verifiers import BranchOutput, Criterion, TestsVerifier, VerifyContext, run_verifier
+from factory.verifiers._isolation import run_isolated, solution_files
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+
+
+def verify(tests: str, solution: str, timeout_s: float = 60.0):
+    """The isolated verdict of ``solution`` (lib.py) against ``tests`` (test_lib.py)."""
+    task = Task(id="boundary", prompt="Write lib.py.", files={"lib.py": ""},
+                tests={"test_lib.py": textwrap.dedent(tests)})
+    verifier = TestsVerifier(timeout_s=timeout_s, reference_sandbox="bwrap", limits=SandboxLimits(timeout_s=timeout_s))
+    criterion = Criterion("tests", "tests pass", "tests", task.effective_test_command)
+    ctx = VerifyContext(task, BranchOutput("done"), criterion, None,
+                        workspace={**task.tests, "lib.py": textwrap.dedent(solution)})
+    return asyncio.run(run_verifier(verifier, ctx))
+
+
+# ----------------------------------------------------------------------------------------------- honest patterns
+
+HONEST = {
+    "key-function-and-lambda": (
+        """
+        def stable_sort(items, key):
+            return sorted(items, key=key)
+        """,
+        """
+        from lib import stable_sort
+        import operator
+
+        def test_lambda_key():
+            assert stable_sort([(2, "a"), (1, "b"), (2, "c")], key=lambda p: p[0]) == [(1, "b"), (2, "a"), (2, "c")]
+
+        def test_stdlib_key():
+            assert stable_sort(["b", "A", "c"], key=str.lower) == ["A", "b", "c"]
+            assert stable_sort([(1, 3), (2, 1)], key=operator.itemgetter(1)) == [(2, 1), (1, 3)]
+            assert stable_sort(["ccc", "a", "bb"], key=len) == ["a", "bb", "ccc"]
+        """),
+    "quadrature-and-root-finding": (
+        """
+        def simpson(f, a, b, n=100):
+            h = (b - a) / n
+            total = f(a) + f(b) + sum((4 if i % 2 else 2) * f(a + i * h) for i in range(1, n))
+            return total * h / 3
+
+        def find_root(f, lo, hi, tol=1e-10):
+            while hi - lo > tol:
+                mid = (lo + hi) / 2
+                if (f(lo) < 0) == (f(mid) < 0):
+                    lo = mid
+                else:
+                    hi = mid
+            return (lo + hi) / 2
+        """,
+        """
+        import math
+        import pytest
+        from lib import simpson, find_root
+
+        def test_simpson():
+            assert simpson(lambda x: x ** 2, 0, 3) == pytest.approx(9.0)
+            assert simpson(math.sin, 0, math.pi) == pytest.approx(2.0)
+
+        def test_find_root():
+            assert find_root(lambda x: x * x - 2, 0, 2) == pytest.approx(math.sqrt(2))
+        """),
+    "callbacks-mocks-and-files": (
+        """
+        def notify(callback, n):
+            for i in range(n):
+                callback(i, label="tick")
+
+        def fetch(client, url):
+            return client.get(url).json()["value"] + 1
+
+        def copy_upper(source, sink):
+            with source:
+                sink.write(source.read().upper())
+        """,
+        """
+        import io
+        from unittest import mock
+        from lib import notify, fetch, copy_upper
+
+        def test_plain_callback():
+            seen = []
+            notify(lambda i, label: seen.append((i, label)), 3)
+            assert seen == [(0, "tick"), (1, "tick"), (2, "tick")]
+
+        def test_mock_callback_and_attributes():
+            callback = mock.Mock()
+            notify(callback, 2)
+            assert callback.call_count == 2
+            callback.assert_called_with(1, label="tick")
+            client = mock.Mock()
+            client.get.return_value.json.return_value = {"value": 41}
+            assert fetch(client, "/x") == 42
+            client.get.assert_called_once_with("/x")
+
+        def test_file_like_objects():
+            sink = io.StringIO()
+            copy_upper(io.StringIO("abc"), sink)
+            assert sink.getvalue() == "ABC"
+        """),
+    "in-place-mutation": (
+        """
+        def normalise(items, counts, seen, buffer):
+            items.sort()
+            items.append(len(items))
+            counts["total"] = sum(counts.values())
+            seen.add("done")
+            buffer[0:1] = b"X"
+
+        def shuffle_rows(grid):
+            grid[0], grid[1] = grid[1], grid[0]
+            grid[0].append("moved")
+            return grid
+        """,
+        """
+        from lib import normalise, shuffle_rows
+
+        def test_containers_written_back():
+            items, counts, seen, buffer = [3, 1, 2], {"a": 1, "b": 2}, set(), bytearray(b"abc")
+            same = items
+            normalise(items, counts, seen, buffer)
+            assert items is same and items == [1, 2, 3, 3]
+            assert counts == {"a": 1, "b": 2, "total": 3} and seen == {"done"} and buffer == bytearray(b"Xbc")
+
+        def test_nested_identity():
+            first, second = ["a"], ["b"]
+            grid = [first, second]
+            assert shuffle_rows(grid) is grid
+            assert grid[0] is second and second == ["b", "moved"] and first == ["a"]
+        """),
+    "module-state-and-monkeypatch": (
+        """
+        import datetime
+
+        REGISTRY = set()
+        UNCOUNTABLES = {"sheep", "fish"}
+        SETTINGS = {"level": 1}
+
+        def register(name):
+            REGISTRY.add(name)
+
+        def plural(word):
+            return word if word in UNCOUNTABLES else word + "s"
+
+        def now():
+            return datetime.datetime(2020, 1, 1)
+
+        def stamp():
+            return "T" + now().isoformat()
+
+        def level():
+            return SETTINGS["level"]
+        """,
+        """
+        import datetime
+        import lib
+        from lib import REGISTRY
+
+        def test_registry_is_live():
+            lib.register("a")
+            assert "a" in lib.REGISTRY and "a" in REGISTRY
+            lib.REGISTRY.add("b")
+            assert lib.REGISTRY == {"a", "b"} and sorted(REGISTRY) == ["a", "b"]
+
+        def test_uncountables_added_then_removed():
+            lib.UNCOUNTABLES.add("data")
+            try:
+                assert lib.plural("data") == "data"
+            finally:
+                lib.UNCOUNTABLES.remove("data")
+            assert lib.plural("data") == "datas"
+
+        def test_monkeypatch_function(monkeypatch):
+            monkeypatch.setattr(lib, "now", lambda: datetime.datetime(1999, 12, 31))
+            assert lib.stamp() == "T1999-12-31T00:00:00"
+
+        def test_monkeypatch_undone_and_dict_item(monkeypatch):
+            assert lib.stamp() == "T2020-01-01T00:00:00"
+            monkeypatch.setitem(lib.SETTINGS, "level", 5)
+            assert lib.level() == 5
+        """),
+    "decorators-from-the-solution": (
+        """
+        import functools
+
+        def memoize(function):
+            cache = {}
+
+            @functools.wraps(function)
+            def wrapper(*args):
+                if args not in cache:
+                    cache[args] = function(*args)
+                return cache[args]
+            return wrapper
+
+        def retry(times):
+            def decorate(function):
+                @functools.wraps(function)
+                def wrapper(*args, **kwargs):
+                    for attempt in range(times):
+                        try:
+                            return function(*args, **kwargs)
+                        except ValueError:
+                            if attempt == times - 1:
+                                raise
+                return wrapper
+            return decorate
+        """,
+        """
+        import pytest
+        from lib import memoize, retry
+
+        calls = []
+
+        @memoize
+        def square(x):
+            calls.append(x)
+            return x * x
+
+        def test_memoized_helper():
+            assert square(4) == 16 and square(4) == 16
+            assert calls == [4] and square.__name__ == "square"
+
+        attempts = []
+
+        @retry(3)
+        def test_decorated_test_function_runs():
+            attempts.append(1)
+            if len(attempts) < 2:
+                raise ValueError("flaky")
+            assert len(attempts) == 2
+
+        @retry(2)
+        @pytest.mark.parametrize("n", [1, 2])
+        def test_decorated_parametrized(n):
+            assert square(n) == n * n
+        """),
+    "value-objects": (
+        """
+        import collections
+        import dataclasses
+        import datetime
+        import decimal
+        import enum
+        import fractions
+        import pathlib
+
+        @dataclasses.dataclass(frozen=True, order=True)
+        class Point:
+            x: int
+            y: int
+
+            def norm1(self):
+                return abs(self.x) + abs(self.y)
+
+        class Color(enum.Enum):
+            RED = 1
+            GREEN = 2
+
+        class Level(enum.IntEnum):
+            LOW = 1
+            HIGH = 2
+
+        Pair = collections.namedtuple("Pair", "left right")
+
+        class Stamp(datetime.datetime):
+            pass
+
+        def parse_point(text):
+            x, y = text.split(",")
+            return Point(int(x), int(y))
+
+        def values():
+            return {"color": Color.GREEN, "level": Level.HIGH, "pair": Pair(1, 2),
+                    "when": Stamp(2021, 5, 4, 3, 2, 1, tzinfo=datetime.timezone.utc),
+                    "day": datetime.date(2020, 2, 29), "span": datetime.timedelta(days=1, seconds=5),
+                    "price": decimal.Decimal("1.10"), "third": fractions.Fraction(1, 3),
+                    "path": pathlib.PurePosixPath("/data/a.txt")}
+
+        def describe(color):
+            return color.name.lower()
+        """,
+        """
+        import datetime
+        import decimal
+        import fractions
+        import pathlib
+        from lib import Color, Level, Pair, Point, describe, parse_point, values
+
+        def test_dataclass():
+            p = parse_point("1,-2")
+            assert p == Point(1, -2) and p != Point(1, 2) and p < Point(2, 0)
+            assert p.x == 1 and p.norm1() == 3 and isinstance(p, Point)
+            assert {p} == {Point(1, -2)} and repr(p) == "Point(x=1, y=-2)"
+
+        def test_enum_namedtuple_and_standard_values():
+            v = values()
+            assert v["color"] is Color.GREEN and v["color"].value == 2 and describe(Color.RED) == "red"
+            assert v["level"] == 2 and v["level"] is Level.HIGH
+            assert v["pair"] == (1, 2) and v["pair"].right == 2 and v["pair"] == Pair(1, 2)
+            assert v["when"] == datetime.datetime(2021, 5, 4, 3, 2, 1, tzinfo=datetime.timezone.utc)
+            assert v["day"] == datetime.date(2020, 2, 29) and v["span"] == datetime.timedelta(days=1, seconds=5)
+            assert v["price"] == decimal.Decimal("1.10") and v["third"] == fractions.Fraction(1, 3)
+            assert v["path"] == pathlib.PurePosixPath("/data/a.txt")
+        """),
+    "iterators-generators-views-context-managers": (
+        """
+        def countdown(n):
+            while n > 0:
+                yield n
+                n -= 1
+
+        def total(iterable):
+            return sum(iterable)
+
+        def keys_of(mapping):
+            return mapping.keys()
+
+        class Resource:
+            def __init__(self):
+                self.open = False
+
+            def __enter__(self):
+                self.open = True
+                return self
+
+            def __exit__(self, *exc):
+                self.open = False
+
+        class Adder:
+            def __init__(self, n):
+                self.n = n
+
+            def __call__(self, x):
+                return x + self.n
+        """,
+        """
+        from lib import Adder, Resource, countdown, keys_of, total
+
+        def test_lazy_generator():
+            gen = countdown(3)
+            assert next(gen) == 3
+            assert list(gen) == [2, 1]
+
+        def test_test_iterables_and_views_passed_in():
+            assert total(x * x for x in range(4)) == 14
+            assert total({"a": 1, "b": 2}.values()) == 3
+            assert keys_of({"a": 1, "b": 2}) == {"a", "b"}
+
+        def test_context_manager_and_callable_object():
+            resource = Resource()
+            with resource as r:
+                assert r.open is True
+            assert resource.open is False
+            assert Adder(2)(3) == 5
+        """),
+    "exceptions-and-isinstance": (
+        """
+        class Error(Exception):
+            pass
+
+        class NotFound(Error, KeyError):
+            pass
+
+        class Store:
+            def __init__(self):
+                self.items = {}
+
+            def get(self, key):
+                if key not in self.items:
+                    raise NotFound(key)
+                return self.items[key]
+
+        def apply(function, value):
+            try:
+                return function(value)
+            except ZeroDivisionError:
+                return None
+        """,
+        """
+        import pytest
+        from lib import Error, NotFound, Store, apply
+
+        class Boom(Exception):
+            pass
+
+        def test_own_exception_classes():
+            with pytest.raises(Error):
+                Store().get("x")
+            with pytest.raises(NotFound, match="x"):
+                Store().get("x")
+            try:
+                Store().get("y")
+            except Error as exc:
+                assert isinstance(exc, NotFound) and isinstance(exc, KeyError)
+            assert isinstance(Store(), Store)
+
+        def test_exceptions_of_the_test_pass_through():
+            assert apply(lambda v: 1 / v, 0) is None
+            def explode(value):
+                raise Boom(value)
+            with pytest.raises(Boom):
+                apply(explode, 1)
+        """),
+    "output-logs-warnings-env-cwd": (
+        """
+        import logging
+        import os
+        import sys
+        import warnings
+
+        log = logging.getLogger("lib.calc")
+
+        def noisy(x):
+            print("computing", x)
+            print("careful", file=sys.stderr)
+            os.write(1, b"raw fd write\\n")
+            log.info("info %d", x)
+            log.warning("warn %d", x)
+            warnings.warn("old api", DeprecationWarning)
+            return x * 2
+
+        def env(name):
+            return os.environ.get(name)
+
+        def cwd():
+            return os.getcwd()
+        """,
+        """
+        import logging
+        import os
+        import pytest
+        from lib import cwd, env, noisy
+
+        def test_prints_and_logs(capsys, caplog):
+            caplog.set_level(logging.INFO)
+            with pytest.warns(DeprecationWarning, match="old api"):
+                assert noisy(2) == 4
+            out, err = capsys.readouterr()
+            assert "computing 2" in out and "careful" in err
+            assert [(r.name, r.levelname, r.getMessage()) for r in caplog.records] == [
+                ("lib.calc", "INFO", "info 2"), ("lib.calc", "WARNING", "warn 2")]
+
+        def test_fd_level_output(capfd):
+            noisy(1)
+            assert "raw fd write" in capfd.readouterr().out
+
+        def test_environment_and_directory(monkeypatch):
+            monkeypatch.setenv("LIB_MODE", "fast")
+            assert env("LIB_MODE") == "fast"
+            monkeypatch.delenv("LIB_MODE")
+            assert env("LIB_MODE") is None
+            monkeypatch.chdir("/")
+            assert cwd() == "/"
+        """),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HONEST))
+def test_honest_pattern_passes_isolated(case):
+    solution, tests = HONEST[case]
+    verdict = verify(tests, solution)
+    assert verdict.status == "pass", (case, verdict.details)
+    assert verdict.details["isolation"] == "process" and not verdict.details.get("boundary")
+
+
+def test_broken_solution_still_fails_with_the_new_crossings():
+    solution, tests = HONEST["key-function-and-lambda"]
+    verdict = verify(tests, solution.replace("sorted(items, key=key)", "sorted(items)"))
+    assert verdict.status == "fail"
+
+
+# ------------------------------------------------------------------------------------------------------- attacks
+
+ATTACK_TESTS = """
+import datetime
+from unittest import mock
+import pytest
+import lib
+
+SECRET = [7, 3, 5]
+EXPECTED = sorted(SECRET)
+
+def test_key_function():
+    assert lib.sort_with(SECRET, key=lambda v: v) == EXPECTED
+
+def test_generator_argument():
+    def numbers():
+        expected = 1
+        yield 1
+    assert lib.first(numbers()) == 1
+
+@pytest.mark.parametrize("value, expected", [(3, 9)])
+def test_parametrized(value, expected):
+    assert lib.square(value, check=lambda v: v) == expected
+
+def test_mock_checked_after():
+    callback = mock.Mock()
+    lib.notify(callback)
+    callback.assert_called_once_with(5)
+
+def test_callback_fails_the_test():
+    def check(value):
+        if value != 5:
+            pytest.fail("called with the wrong value")
+    lib.notify(check)
+
+def test_in_place():
+    items = [3, 1, 2]
+    lib.sort_in_place(items)
+    assert items == [1, 2, 3]
+
+def test_value():
+    assert lib.make() == (1, 2)
+
+def test_date():
+    assert lib.when() == datetime.date(2020, 1, 1)
+
+@lib.decorate
+def test_decorated():
+    assert lib.when() == datetime.date(2020, 1, 1)
+"""
+
+#: The honest solution of ATTACK_TESTS; each attack redefines some of its functions after it.
+ATTACK_BASE = """
+import datetime
+import functools
+
+def sort_with(items, key):
+    return sorted(items, key=key)
+
+def first(gen):
+    return next(iter(gen))
+
+def square(value, check):
+    return check(value) * value
+
+def notify(callback):
+    callback(5)
+
+def sort_in_place(items):
+    items.sort()
+
+def make():
+    return (1, 2)
+
+def when():
+    return datetime.date(2020, 1, 1)
+
+def decorate(function):
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        return function(*args, **kwargs)
+    return wrapper
+"""
+
+TRAVERSAL = """
+def _reach(obj, names):
+    for name in names:
+        try:
+            obj = getattr(obj, name)
+        except BaseException:
+            return None
+    return obj
+
+def sort_with(items, key):
+    for path in (["__globals__"], ["__self__"], ["__closure__"], ["__code__"], ["__dict__"], ["__func__"],
+                 ["__class__"], ["pytestmark"], ["_mock_children"], ["__wrapped__", "__globals__"]):
+        found = _reach(key, path)
+        try:
+            return found["EXPECTED"]
+        except BaseException:
+            pass
+    return items
+
+def first(gen):
+    frame = _reach(gen, ["gi_frame"])
+    try:
+        return frame.f_locals["expected"]
+    except BaseException:
+        return -1
+
+def square(value, check):
+    for path in (["__globals__"], ["__builtins__"], ["__call__", "__globals__"]):
+        found = _reach(check, path)
+        try:
+            return found["sys"]._getframe(2).f_locals["expected"]
+        except BaseException:
+            pass
+    return -1
+"""
+
+MOCK_REWRITE = """
+def notify(callback):
+    for attempt in (lambda: callback.configure_mock(assert_called_once_with=lambda *a, **k: None),
+                    lambda: setattr(callback, "assert_called_once_with", lambda *a, **k: None),
+                    lambda: object.__setattr__(callback, "assert_called_once_with", None),
+                    lambda: callback.reset_mock()):
+        try:
+            attempt()
+        except BaseException:
+            pass
+    callback(4)
+"""
+
+SWALLOWING = """
+def notify(callback):
+    try:
+        callback(4)
+    except BaseException:
+        pass
+    callback(5)
+"""
+
+FORGED_WRITE_BACK = """
+import sys
+
+def sort_in_place(items):
+    items.sort()
+    main = sys.modules["__main__"]
+    main.states_of = lambda refs, before, nested: [[0, {"d": []}], [7, {"l": [{"i": "1"}]}]]
+"""
+
+LYING_VALUES = """
+import dataclasses
+
+class AlwaysEqual(tuple):
+    def __eq__(self, other):
+        return True
+    __hash__ = tuple.__hash__
+
+class LyingDate(datetime.date):
+    def __eq__(self, other):
+        return True
+    __hash__ = datetime.date.__hash__
+
+def make():
+    return AlwaysEqual((9, 9))
+
+def when():
+    return LyingDate(1999, 1, 1)
+"""
+
+LYING_DATACLASS = """
+import dataclasses
+
+@dataclasses.dataclass
+class Base:
+    x: int
+
+class Liar(Base):
+    def __eq__(self, other):
+        return True
+    __hash__ = object.__hash__
+
+@dataclasses.dataclass(eq=False)
+class Opaque:
+    x: int
+    def __eq__(self, other):
+        return True
+
+def make():
+    return Liar(0)
+
+def when():
+    return Opaque(0)
+"""
+
+FORGED_TAGS = """
+import sys
+
+class Fake:
+    pass
+
+class Token:
+    pass
+
+_original = sys.modules["__main__"].SolutionServer.objects_of
+
+def _objects_of(self, value, nested):
+    if type(value) is Fake:  # a namedtuple claim whose fields do not match its values
+        return {"nt": [None, "P", ["a", "b"], [nested(1)]]}
+    if type(value) is Token:  # a builtin that evaluates
+        return {"bi": "eval"}
+    return _original(self, value, nested)
+
+sys.modules["__main__"].SolutionServer.objects_of = _objects_of
+
+def make():
+    return Fake()
+
+def when():
+    return Token()
+"""
+
+NEVER_RUNS = """
+def decorate(function):
+    def never_runs(*args, **kwargs):
+        return None
+    never_runs.__wrapped__ = function
+    return never_runs
+"""
+
+REMOVES_TEST = """
+def decorate(function):
+    return 42
+"""
+
+ATTACKS = [
+    ("reverse-handle-traversal", TRAVERSAL, ["test_key_function", "test_generator_argument", "test_parametrized"]),
+    ("mock-rewritten-by-the-solution", MOCK_REWRITE, ["test_mock_checked_after"]),
+    ("pytest-fail-in-callback-swallowed", SWALLOWING, ["test_callback_fails_the_test"]),
+    ("forged-write-back", FORGED_WRITE_BACK, ["test_in_place"]),
+    ("lying-value-objects", LYING_VALUES, ["test_value", "test_date"]),
+    ("lying-dataclasses", LYING_DATACLASS, ["test_value", "test_date"]),
+    ("forged-value-tags", FORGED_TAGS, ["test_value", "test_date"]),
+    ("decorator-that-never-runs-the-test", NEVER_RUNS, ["test_decorated"]),
+    ("decorator-that-removes-the-test", REMOVES_TEST, ["test_decorated"]),
+]
+
+
+def test_the_attack_tasks_honest_solution_passes():
+    verdict = verify(ATTACK_TESTS, ATTACK_BASE)
+    assert verdict.status == "pass", verdict.details
+
+
+@pytest.mark.parametrize(("case", "attack", "target"), ATTACKS, ids=[a[0] for a in ATTACKS])
+def test_attacks_on_the_new_crossings_never_pass(case, attack, target):
+    verdict = verify(ATTACK_TESTS, ATTACK_BASE + attack)
+    assert verdict.status == "fail", (case, verdict.details)
+    failed = verdict.details.get("failed", [])
+    for name in target:
+        assert any(node.endswith(f"::{name}") or f"::{name}[" in node for node in failed), (case, name, verdict.details)
+
+
+def test_a_boundary_limit_is_reported_per_failing_test():
+    tests = textwrap.dedent("""
+        from lib import run
+
+        def test_passes_a_plain_callable():
+            assert run(len) == 1
+
+        def test_compares_an_object():
+            assert run(None) == 1
+    """)
+    solution = textwrap.dedent("""
+        class Opaque:
+            pass
+
+        def run(factory):
+            return Opaque() if factory is None else 1
+    """)
+    task = Task(id="boundary-report", prompt="p", files={"lib.py": ""}, tests={"test_lib.py": tests})
+    run = asyncio.run(run_isolated(task, solution_files(task, {"lib.py": solution}), ["-q", "test_lib.py"],
+                                   sandbox="bwrap", limits=SandboxLimits(timeout_s=60), timeout_s=60))
+    assert run.payload is not None, run.output_tail
+    assert run.payload["outcomes"] == {"test_lib.py::test_passes_a_plain_callable": "passed",
+                                       "test_lib.py::test_compares_an_object": "failed"}
+    boundary = run.payload["boundary"]
+    assert [entry["test"] for entry in boundary] == ["test_lib.py::test_compares_an_object"]
+    assert "comparing it" in boundary[0]["what"]
