@@ -414,7 +414,10 @@ class TestsVerifier:
 
     async def _guarded_run(self, sandbox: Sandbox, task: Task, args: list[str]) -> dict[str, Any]:
         nonce = secrets.token_hex(16)
-        settings = {"nonce": nonce, "args": args, "test_files": sorted(task.all_tests),
+        # Watched for reads by code under test: test sources, and hidden tests' data. Data files shipped with
+        # the visible tests may be handed to the code under test (the isolated run gives them to it too).
+        watched = sorted(p for p in task.all_tests if p.endswith(".py") or p in task.hidden_tests)
+        settings = {"nonce": nonce, "args": args, "test_files": watched,
                     "allow_conftest": any(p.rsplit("/", 1)[-1] == "conftest.py" for p in task.all_tests)}
         result = await sandbox.exec(["python", "-I", "-c", GUARD_SOURCE], timeout=self.timeout_s,
                                     stdin=json.dumps(settings))
