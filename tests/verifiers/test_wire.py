@@ -2,14 +2,31 @@
 
 from __future__ import annotations
 
+import datetime
+import decimal
+import fractions
 import math
+import pathlib
 import socket
 import struct
+import threading
 import unittest.mock
 
 import pytest
 
-from factory.verifiers._wire import MAX_DEPTH, Channel, WireError, decode_value, encode_value
+from factory.verifiers._wire import (
+    MAX_DEPTH,
+    MAX_NESTING,
+    Channel,
+    Endpoint,
+    Refs,
+    WireError,
+    container_states,
+    decode_value,
+    encode_value,
+    states_of,
+    write_back,
+)
 
 
 class Handles:
@@ -115,3 +132,122 @@ def test_channel_reports_a_closed_peer():
     with pytest.raises(EOFError):
         Channel(right).receive()
     right.close()
+
+
+@pytest.mark.parametrize("value", [
+    bytearray(b"\x00ab"), datetime.datetime(2021, 5, 4, 3, 2, 1, 7, tzinfo=datetime.timezone.utc),
+    datetime.datetime(2021, 5, 4, tzinfo=datetime.timezone(datetime.timedelta(hours=-3), "BRT")),
+    datetime.date(2020, 2, 29), datetime.time(1, 2, 3, 4), datetime.timedelta(days=-1, seconds=5),
+    decimal.Decimal("1.10"), decimal.Decimal("-Infinity"), fractions.Fraction(-1, 3), pathlib.PurePosixPath("/a/b"),
+    pathlib.Path("rel/x.txt"), pathlib.PureWindowsPath(r"C:\\x"),
+])
+def test_standard_value_objects_are_rebuilt_with_the_receivers_classes(value):
+    back, handles = roundtrip(value)
+    assert back == value and type(back) is type(value) and handles.objects == []
+    if isinstance(value, datetime.datetime):
+        assert back.utcoffset() == value.utcoffset()
+
+
+def test_subclasses_of_value_types_cross_as_the_base_class_with_their_true_fields():
+    class LyingDate(datetime.date):
+        def __eq__(self, other):
+            return True
+
+        __hash__ = datetime.date.__hash__
+
+    back, _ = roundtrip(LyingDate(1999, 1, 1))
+    assert type(back) is datetime.date and back != datetime.date(2020, 1, 1)
+
+
+def test_dict_views_cross_as_views():
+    data = {"a": 1, "b": 2}
+    keys, _ = roundtrip(data.keys())
+    items, _ = roundtrip(data.items())
+    values, _ = roundtrip(data.values())
+    assert keys == {"a", "b"} and items == {("a", 1), ("b", 2)} and sorted(values) == [1, 2]
+
+
+def test_side_tags_need_the_sides_hook():
+    with pytest.raises(WireError, match="unknown tag"):
+        decode_value({"bi": "eval"}, Handles().handle_from)
+    seen = []
+    assert decode_value({"bi": "len"}, Handles().handle_from,
+                        objects=lambda tag, body, nested: seen.append((tag, body)) or "ok") == "ok"
+    assert seen == [("bi", "len")]
+
+
+def test_write_back_lands_in_the_callers_objects_with_identity_and_cycles():
+    caller, callee = Refs(), Refs()
+    inner = [1]
+    outer = [inner, inner, {"k": {2}}]
+    outer.append(outer)
+    handles = Handles()
+    sent = [encode_value(outer, handles.handle_of, refs=caller, record=True)]
+    copy = decode_value(sent[0], handles.handle_from, refs=callee)
+    assert copy[0] is copy[1] and copy[3] is copy and copy == [[1], [1], {"k": {2}}, copy]
+
+    def nested(item):
+        return encode_value(item, handles.handle_of, refs=callee)
+
+    before = container_states(callee, nested)
+    copy[0].append(9)
+    copy[2]["k"].add(3)
+    copy.insert(0, "new")
+    changed = states_of(callee, before, nested)
+    assert sorted(index for index, _ in changed) == [0, 1, 3]
+    write_back(caller, changed, lambda data: decode_value(data, handles.handle_from, refs=caller))
+    assert outer[0] == "new" and outer[1] is inner and inner == [1, 9] and outer[3]["k"] == {2, 3}
+    assert outer[4] is outer
+
+
+@pytest.mark.parametrize("states", [
+    [[0, {"d": []}]], [[5, {"l": []}]], [["0", {"l": []}]], [[0, {"mr": 9}]], "x",
+])
+def test_write_back_refuses_unknown_indexes_and_other_types(states):
+    refs = Refs()
+    target = [1, 2]
+    encode_value(target, Handles().handle_of, refs=refs, record=True)
+    with pytest.raises(WireError):
+        write_back(refs, states, lambda data: decode_value(data, Handles().handle_from, refs=refs))
+    assert target == [1, 2]
+
+
+def test_recorded_containers_must_be_numbered_in_order():
+    with pytest.raises(WireError):
+        decode_value({"m": [3, {"l": []}]}, Handles().handle_from, refs=Refs())
+    with pytest.raises(WireError):
+        decode_value({"m": [0, {"l": []}]}, Handles().handle_from)
+
+
+class Echo(Endpoint):
+    """Serves ``{"op": "twice", "n": n}``; for n > 0 asks its peer about n - 1 first (nested calls)."""
+
+    def serve_one(self, request):
+        n = request["n"]
+        inner = self.exchange({"op": "twice", "n": n - 1})["ok"] if n > 0 else 0
+        return {"ok": inner + 2}
+
+
+def test_endpoints_serve_nested_requests_while_waiting():
+    left, right = socket.socketpair()
+    try:
+        a, b = Echo(Channel(left)), Echo(Channel(right))
+        server = threading.Thread(target=lambda: b.send(b.serve_one(b.channel.receive())), daemon=True)
+        server.start()
+        assert a.exchange({"op": "twice", "n": 5}) == {"ok": 12}
+        server.join(5)
+    finally:
+        left.close()
+        right.close()
+
+
+def test_nesting_is_bounded():
+    left, right = socket.socketpair()
+    try:
+        endpoint = Echo(Channel(left))
+        endpoint.depth = MAX_NESTING
+        with pytest.raises(WireError, match="nested deeper"):
+            endpoint.exchange({"op": "twice", "n": 0})
+    finally:
+        left.close()
+        right.close()
