@@ -40,11 +40,13 @@ import collections
 import dataclasses
 import enum
 import io
+import keyword
 import logging
 import os
 import socket
 import sys
 import tempfile
+import threading
 import types
 import warnings
 
@@ -91,8 +93,9 @@ def _generated_eq(cls):
 def _is_namedtuple(value):
     cls = type(value)
     fields = getattr(cls, "_fields", None)
-    return (isinstance(value, tuple) and type(fields) is tuple and len(fields) == len(value)
-            and all(type(f) is str for f in fields) and cls.__eq__ is tuple.__eq__)
+    return (isinstance(value, tuple) and type(fields) is tuple and len(fields) == len(value) <= 200
+            and all(type(f) is str and f.isidentifier() and not f.startswith("_") and not keyword.iskeyword(f)
+                    for f in fields) and cls.__eq__ is tuple.__eq__)
 
 
 class TrustedObject:
@@ -197,17 +200,25 @@ class SolutionServer(Endpoint):
         self.warns = []
         self.base_env = dict(os.environ)
         self.outputs = []  # [(stream name, file, offset)]
+        self.lock = threading.RLock()  # the solution's threads calling the test's callbacks take turns
+
+    def exchange(self, request):
+        with self.lock:
+            return super().exchange(request)
 
     # ------------------------------------------------------------ relaying
 
     def capture(self):
         """Send fds 1 and 2 to files read back with every message: print, os.write and children alike."""
-        for fd, name in ((1, "out"), (2, "err")):
-            sink = tempfile.TemporaryFile()
-            os.dup2(sink.fileno(), fd)
-            self.outputs.append((name, sink, 0))
-        sys.stdout = io.TextIOWrapper(os.fdopen(1, "wb", closefd=False), line_buffering=True)
-        sys.stderr = io.TextIOWrapper(os.fdopen(2, "wb", closefd=False), line_buffering=True)
+        try:
+            for fd, name in ((1, "out"), (2, "err")):
+                sink = tempfile.TemporaryFile()
+                os.dup2(sink.fileno(), fd)
+                self.outputs.append((name, sink, 0))
+            sys.stdout = io.TextIOWrapper(os.fdopen(1, "wb", closefd=False), line_buffering=True)
+            sys.stderr = io.TextIOWrapper(os.fdopen(2, "wb", closefd=False), line_buffering=True)
+        except OSError:  # no writable temporary directory: output is not relayed, the rest still is
+            pass
         logging.getLogger().addHandler(_LogRelay(self))
         logging.getLogger().setLevel(logging.DEBUG)  # the trusted side's loggers decide what is kept
         warnings.simplefilter("always")
@@ -298,7 +309,8 @@ class SolutionServer(Endpoint):
         if kind is TrustedObject:
             return {"rh": object.__getattribute__(value, "_key")}
         if isinstance(value, enum.Enum) and isinstance(kind, enum.EnumMeta):
-            return {"en": [self.handle_of(kind), str(value.name)]}
+            # The member's own handle too: where the trusted side cannot rebuild the class, it keeps a handle.
+            return {"en": [self.handle_of(kind), str(value.name), nested(value.value), self.handle_of(value)]}
         if _is_namedtuple(value):
             return {"nt": [self.handle_of(kind), kind.__name__, list(kind._fields), [nested(v) for v in value]]}
         if dataclasses.is_dataclass(value) and not isinstance(value, type) and _generated_eq(kind):
@@ -327,7 +339,10 @@ class SolutionServer(Endpoint):
                 return cls(*values)
             return collections.namedtuple(body[1], body[2])(*values)
         if tag == "en":
-            return self.resolve(body[0])[body[1]]
+            cls = self.resolve(body[0])
+            if type(body[1]) is str and body[1] in cls.__members__:
+                return cls[body[1]]
+            return cls(nested(body[2]))
         if tag == "dc":
             return self.resolve(body[0])
         raise WireError(f"unknown tag {tag!r}")

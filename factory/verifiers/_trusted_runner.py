@@ -308,7 +308,7 @@ class SolutionClient(Endpoint):
             return {"nt": [{"h": cls_key} if cls_key is not None else None, type(value).__name__,
                            list(type(value)._fields), [nested(v) for v in value]]}
         if isinstance(value, enum.Enum) and getattr(type(value), "_factory_key", None) is not None:
-            return {"en": [{"h": type(value)._factory_key}, value.name]}
+            return {"en": [{"h": type(value)._factory_key}, value.name, nested(value.value)]}
         name = getattr(value, "__name__", None)
         if type(name) is str and getattr(builtins, name, None) is value and not isinstance(value, types.ModuleType):
             return {"bi": name}
@@ -329,10 +329,15 @@ class SolutionClient(Endpoint):
         if tag == "dc":
             return _snapshot(self, body, nested)
         if tag == "en":
+            if type(body) is not list or len(body) != 4 or type(body[1]) is not str:
+                raise WireError("malformed enum member")
             cls = self.proxy(body[0])
-            if isinstance(cls, enum.EnumMeta) and type(body[1]) is str:
-                return cls[body[1]]
-            raise WireError("malformed enum member")
+            if isinstance(cls, enum.EnumMeta) and getattr(cls, "_factory_key", None) is not None:
+                try:
+                    return cls[body[1]] if body[1] in cls.__members__ else cls(nested(body[2]))
+                except (ValueError, TypeError):  # a value the rebuilt class does not know: the member's handle
+                    pass
+            return self.proxy(body[3])
         raise WireError(f"the solution cannot send {tag!r}")
 
     def namedtuple(self, body, nested):
