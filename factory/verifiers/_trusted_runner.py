@@ -78,8 +78,35 @@ class BoundaryError(BaseException):
 
 #: Test node id -> what could not cross while it ran (reported for the tests that fail).
 _BOUNDARY = {}
-#: The test function a decorator of the solution wraps in the running test, and whether it was called.
-_RUN = {"watch": None, "ran": False}
+#: The test function a decorator of the solution wraps in the running test, the arguments pytest gave the
+#: test, and whether the function's last call got those arguments and returned.
+_RUN = {"watch": None, "ran": False, "args": {}}
+
+
+def _same_argument(given, expected):
+    try:
+        return given is expected or (type(given) is type(expected) and bool(given == expected))
+    except BaseException:
+        return False
+
+
+def _run_watched(function, args, kwargs):
+    """Call the test's own function for a decorator of the solution; the test's pass counts only if its last
+    call had the arguments pytest gave the test (a wrapper cannot feed it its own ``expected``) and returned
+    (a wrapper cannot swallow its failure)."""
+    import inspect
+
+    _RUN["ran"] = False
+    try:
+        bound = inspect.signature(function).bind(*args, **kwargs).arguments
+    except (TypeError, ValueError):
+        bound = None
+    wanted = _RUN["args"]
+    faithful = bound is not None and all(name in bound and _same_argument(bound[name], value)
+                                         for name, value in wanted.items() if name in inspect.signature(function).parameters)
+    result = function(*args, **kwargs)
+    _RUN["ran"] = faithful
+    return result
 
 
 class SolutionUnavailable(BaseException):
@@ -300,9 +327,8 @@ class SolutionClient(Endpoint):
 
     def objects_of(self, value, nested):
         """The test's values the solution gets as its own: snapshots go home, namedtuples and builtins rebuilt."""
-        origin = getattr(type(value), "_factory_origin", None)
-        if origin is not None:
-            return origin(value)
+        if value is os.environ:  # read by the solution as a mapping; never a handle it could write through
+            return nested(dict(value))
         if isinstance(value, tuple) and type(getattr(type(value), "_fields", None)) is tuple:
             cls_key = getattr(type(value), "_factory_key", None)
             return {"nt": [{"h": cls_key} if cls_key is not None else None, type(value).__name__,
@@ -428,8 +454,8 @@ class SolutionClient(Endpoint):
             args = [self.decode(a, refs) for a in request["a"]]
             kwargs = {str(k): self.decode(v, refs) for k, v in request["k"]}
             refs.before = container_states(refs, lambda item: self.encode(item, refs))
-            if target is _RUN["watch"]:
-                _RUN["ran"] = True
+            if target is _RUN["watch"] and _RUN["watch"] is not None:
+                return _run_watched(target, args, kwargs)
             return target(*args, **kwargs)
         if op == "getattr":
             name = request.get("name")
@@ -1054,6 +1080,7 @@ class _Outcomes:
     def pytest_runtest_call(self, item):
         # A test function the solution decorated: the pass counts only if the test's own function ran.
         _RUN["watch"], _RUN["ran"] = None, False
+        _RUN["args"] = dict(getattr(item, "funcargs", {}) or {})
         obj = getattr(item, "obj", None)
         if getattr(type(obj), "_factory_handle_of", None) is not None:
             try:
@@ -1114,8 +1141,8 @@ class _Outcomes:
             return
         if report.when == "call" and report.passed and node in self.watched and not _RUN["ran"]:
             self.outcomes[node] = "failed"
-            self.messages[node] = ("the test function is wrapped by a decorator of the solution that never ran it: "
-                                   "the pass is not counted")
+            self.messages[node] = ("the test function is wrapped by a decorator of the solution that did not run it "
+                                   "to its end with the test's own arguments: the pass is not counted")
             return
         if report.failed:
             self.outcomes[node] = "failed"

@@ -541,6 +541,11 @@ def test_date():
 @lib.decorate
 def test_decorated():
     assert lib.when() == datetime.date(2020, 1, 1)
+
+@lib.decorate
+@pytest.mark.parametrize("n, expected", [(3, 9), (4, 16)])
+def test_decorated_parametrized(n, expected):
+    assert lib.square(n, check=lambda v: v) == expected
 """
 
 #: The honest solution of ATTACK_TESTS; each attack redefines some of its functions after it.
@@ -723,6 +728,33 @@ def decorate(function):
     return never_runs
 """
 
+SWALLOWS_THE_TESTS_FAILURE = """
+def decorate(function):
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        except BaseException:
+            return None
+    return wrapper
+
+def when():
+    return datetime.date(1999, 1, 1)
+"""
+
+FEEDS_ITS_OWN_EXPECTED = """
+def square(value, check):
+    return value + 1
+
+def decorate(function):
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        if "expected" in kwargs:
+            kwargs["expected"] = square(kwargs["n"], None)
+        return function(*args, **kwargs)
+    return wrapper
+"""
+
 REMOVES_TEST = """
 def decorate(function):
     return 42
@@ -738,6 +770,8 @@ ATTACKS = [
     ("forged-value-tags", FORGED_TAGS, ["test_value", "test_date"]),
     ("decorator-that-never-runs-the-test", NEVER_RUNS, ["test_decorated"]),
     ("decorator-that-removes-the-test", REMOVES_TEST, ["test_decorated"]),
+    ("decorator-that-swallows-the-tests-failure", SWALLOWS_THE_TESTS_FAILURE, ["test_decorated"]),
+    ("decorator-that-feeds-its-own-expected", FEEDS_ITS_OWN_EXPECTED, ["test_decorated_parametrized"]),
 ]
 
 
