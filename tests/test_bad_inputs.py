@@ -59,6 +59,8 @@ def _task_files(folder: Path) -> None:
         (folder / name).write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
 
     jsonl("tasks.jsonl", TASK)
+    jsonl("solutions-unknown-id.jsonl", {"id": "nope", "files": {"solution.py": ""}})
+    jsonl("solutions.jsonl", {"id": "add", "files": {"solution.py": ""}})
     jsonl("conflict.jsonl", {**TASK, "files": {"x": "a", "x/y": "b"}})
     jsonl("long-name.jsonl", {**TASK, "files": {"a" * 300 + ".py": ""}})
     jsonl("broken.jsonl", '{"id": "add", "prompt": ')
@@ -205,6 +207,18 @@ CATALOGUE: dict[str, Case] = {
     "tasks-bad-yaml": Case("tasks validate {files}/bad.yaml", 2, "bad.yaml:4: invalid YAML: expected ',' or ']'",
                            lines=2),
     "tasks-missing-file": Case("tasks validate {missing}.jsonl", 2, "cannot read file", lines=2),
+    "tasks-check-no-reference-solution": Case("tasks check {files}/tasks.jsonl", 2,
+                                              "tasks.jsonl has a reference solution: add a `solution` field"),
+    "tasks-check-solutions-unknown-id": Case(
+        "tasks check {files}/tasks.jsonl --solutions {files}/solutions-unknown-id.jsonl", 2,
+        "solutions-unknown-id.jsonl:1: field 'id': no task 'nope' in the task file", lines=2),
+    "tasks-check-solutions-missing": Case("tasks check {files}/tasks.jsonl --solutions {missing}.jsonl", 2,
+                                          "cannot read file", lines=2),
+    "tasks-check-unknown-sandbox": Case(
+        "tasks check {files}/tasks.jsonl --solutions {files}/solutions.jsonl --sandbox nosuch", 2,
+        "--sandbox: unknown sandbox 'nosuch' (choose from: bwrap"),
+    "tasks-check-timeout-nan": Case("tasks check {files}/tasks.jsonl --timeout nan", 2, "'--timeout'"),
+    "tasks-check-jobs-zero": Case("tasks check {files}/tasks.jsonl --jobs 0", 2, "'--jobs': 0"),
     # ---- verify: unknown verifiers and runs are errors
     "verify-unknown-verifier": Case("verify run r1 --db {db} --verifier bogus", 2,
                                     "--verifier bogus: unknown verifier (choose from: answer"),

@@ -66,9 +66,12 @@ def check(file: Path, solutions: Path | None, sandbox: str, timeout_s: float, jo
     import asyncio
 
     from factory.errors import ConfigError
+    from factory.sandbox import sandbox_names
     from factory.tasks import load_tasks
     from factory.verifiers import CHECK_KINDS, check_tasks, load_solutions
 
+    if sandbox not in sandbox_names():
+        raise ConfigError(f"--sandbox: unknown sandbox '{sandbox}' (choose from: {', '.join(sandbox_names())})")
     task_set = load_tasks(file)
     given = load_solutions(solutions, task_set.tasks) if solutions is not None else {}
     if not given and not any(task.solution for task in task_set):
