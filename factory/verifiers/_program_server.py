@@ -158,10 +158,15 @@ def _child(connection, paths, python):
     if type(first) is dict and first.get("op") == "program":
         _run_program(connection, first, python)
         return
-    # Agent code becomes importable only now, in this child, and last on the path: nothing in the
-    # workspace shadows the standard library or an installed package.
+    # The same steps as _solution_server.serve after its accept (output capture first), then agent code
+    # becomes importable, in this child only, and last on the path: nothing in the workspace shadows the
+    # standard library or an installed package.
+    server = SolutionServer(ReplayChannel(connection, first))
+    capture = getattr(server, "capture", None)
+    if capture is not None:
+        capture()
     sys.path.extend(os.path.abspath(root) for root in paths)
-    SolutionServer(ReplayChannel(connection, first)).serve()
+    server.serve()
 
 
 def serve_forever(settings):
