@@ -3,6 +3,21 @@
 ``--base-url`` points it at vLLM's, llama.cpp's or Ollama's OpenAI-compatible
 endpoint; without an API key there, a placeholder is sent. The SDK's own
 retries are off: :class:`~factory.models.ResilientModel` retries.
+
+Compatible servers differ from OpenAI's API in ways checked against
+llama-cpp-python's server (``tests/models/test_openai_real_server.py``):
+
+* ``tool_choice`` is sent as ``"auto"`` whenever tools are offered. OpenAI
+  defaults to it, but llama-cpp-python's function-calling chat format reads a
+  missing ``tool_choice`` as ``"none"`` and leaves the tools out of the prompt.
+* Servers that do not parse tool calls for a model family return the call
+  written in the reply's text (a ``<tool_call>`` block, or a JSON object naming
+  an offered tool, fenced or bare). When a reply has no structured tool calls,
+  its text is read as the in-process engines read theirs
+  (:func:`~factory.models.parse_text_tool_calls`); each call records which way
+  it arrived in :attr:`~factory.models.ToolCall.origin` (``native`` / ``text``).
+* A single call may come as the legacy ``function_call`` instead of
+  ``tool_calls``, a call may lack an id, and ``usage`` may be absent (counted 0).
 """
 
 from __future__ import annotations
@@ -24,6 +39,7 @@ from factory.models._base import (
 )
 from factory.models._http_errors import sdk_errors, within_timeout
 from factory.models._pricing import cost_usd
+from factory.models._text_tools import parse_text_tool_calls
 
 __all__ = ["OpenAIChatModel", "to_openai_messages"]
 
@@ -96,26 +112,38 @@ class OpenAIChatModel:
             request["seed"] = seed
         if tools:
             request["tools"] = [tool.openai_schema() for tool in tools]
+            request["tool_choice"] = "auto"  # explicit: some servers read a missing one as "none" (see above)
         with sdk_errors(self._openai, "openai"):
             completion = await within_timeout(self._client.chat.completions.create(**request), self.timeout_s, "openai")
-        return self._parse(completion)
+        return self._parse(completion, frozenset(tool.name for tool in tools or ()))
 
-    def _parse(self, completion: Any) -> ChatResponse:
+    def _parse(self, completion: Any, offered: frozenset[str] = frozenset()) -> ChatResponse:
         try:
             choice = completion.choices[0]
             message = choice.message
+            serial = str(getattr(completion, "id", None) or "call")
             calls = []
-            for call in message.tool_calls or ():
+            for index, call in enumerate(message.tool_calls or ()):
                 arguments, error = _parse_arguments(call.function.arguments)
-                calls.append(ToolCall(call.id, call.function.name, arguments, error))
+                calls.append(ToolCall(str(getattr(call, "id", None) or f"{serial}_{index}"), call.function.name,
+                                      arguments, error))
+            legacy = getattr(message, "function_call", None)
+            if not calls and legacy is not None and legacy.name:
+                arguments, error = _parse_arguments(legacy.arguments)
+                calls.append(ToolCall(f"{serial}_0", legacy.name, arguments, error))
             usage = completion.usage
-            tokens_in = int(usage.prompt_tokens) if usage else 0
-            tokens_out = int(usage.completion_tokens) if usage else 0
+            tokens_in = int(usage.prompt_tokens or 0) if usage else 0
+            tokens_out = int(usage.completion_tokens or 0) if usage else 0
             text = message.content or ""
             if not isinstance(text, str):
                 raise TypeError(f"message content is {type(text).__name__}, not a string")
         except (AttributeError, IndexError, TypeError, ValueError) as exc:
             raise MalformedResponseError(f"openai: response lacks choices/message: {exc}") from exc
+        if not calls and offered:
+            # The server did not parse a call the model wrote: read it from the text, as local: does.
+            prose, text_calls = parse_text_tool_calls(text, id_prefix=f"{serial}_text", known_tools=offered)
+            if text_calls:
+                text, calls = prose, list(text_calls)
         return ChatResponse(
             text=text,
             tool_calls=tuple(calls),

@@ -9,7 +9,10 @@ templates that support tools ask the model to write::
 
 :func:`parse_text_tool_calls` extracts those calls and the remaining text;
 a call whose JSON does not parse is kept with its error, so the agent can
-tell the model what went wrong instead of silently dropping it.
+tell the model what went wrong instead of silently dropping it. The
+``openai:`` provider reads a reply's text the same way when the server
+returned no structured calls; every call read here is marked
+``origin="text"``, so a trajectory shows which way each call arrived.
 """
 
 from __future__ import annotations
@@ -25,25 +28,45 @@ __all__ = ["parse_text_tool_calls", "render_chat_template"]
 
 _CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
 _FENCED = re.compile(r"```(?:json)?\s*(\{.*?\})\s*```", re.DOTALL)
+_LINE_OBJECT = re.compile(r"^[ \t]*\{", re.MULTILINE)
+
+#: A call found in the text: where it starts and ends (the span left out of the prose) and its JSON body.
+_Span = tuple[int, int, str]
 
 
-def _untagged_calls(text: str, known_tools: frozenset[str]) -> list[re.Match[str]] | None:
-    """Small models often write the call as a fenced or bare JSON object, without the tags.
-
-    Accepted only when every such object names a tool on offer, so that JSON
-    an answer merely contains is never mistaken for a call.
-    """
-    matches = list(_FENCED.finditer(text)) or list(re.finditer(r"^\s*(\{.*\})\s*$", text, re.DOTALL))
-    if not matches:
-        return None
-    for match in matches:
+def _line_objects(text: str) -> list[_Span]:
+    """JSON objects that begin a line, however much prose stands around them."""
+    decoder = json.JSONDecoder()
+    spans: list[_Span] = []
+    for match in _LINE_OBJECT.finditer(text):
+        start = match.end() - 1
+        if spans and start < spans[-1][1]:
+            continue  # inside the previous object
         try:
-            data = json.loads(match.group(1))
+            _, end = decoder.raw_decode(text, start)
         except json.JSONDecodeError:
-            return None
+            continue
+        spans.append((start, end, text[start:end]))
+    return spans
+
+
+def _untagged_calls(text: str, known_tools: frozenset[str]) -> list[_Span]:
+    """Small models, and servers that parse no calls, often give the call as a JSON object without the tags.
+
+    Fenced objects if the text has any, else the objects that begin a line.
+    Accepted only when every such object names a tool on offer and carries
+    ``arguments``, so that JSON an answer merely contains is never mistaken
+    for a call.
+    """
+    spans = [(m.start(), m.end(), m.group(1)) for m in _FENCED.finditer(text)] or _line_objects(text)
+    for _, _, body in spans:
+        try:
+            data = json.loads(body)
+        except json.JSONDecodeError:
+            return []
         if not isinstance(data, dict) or data.get("name") not in known_tools or "arguments" not in data:
-            return None
-    return matches
+            return []
+    return spans
 
 
 def parse_text_tool_calls(
@@ -51,30 +74,35 @@ def parse_text_tool_calls(
 ) -> tuple[str, tuple[ToolCall, ...]]:
     """Split ``text`` into its prose and its tool calls.
 
+    ``<tool_call>`` blocks win; without them, and with ``known_tools`` given,
+    JSON objects naming an offered tool (fenced, or beginning a line) are
+    calls too. Every call has ``origin="text"``.
+
     Args:
         text: Model output.
         id_prefix: Prefix of the generated call ids.
         known_tools: Names of the tools on offer; when given, untagged JSON
             calls that name one of them are accepted too.
     """
-    matches = list(_CALL.finditer(text))
-    pattern = _CALL
-    if not matches and known_tools:
-        untagged = _untagged_calls(text, known_tools)
-        if untagged:
-            matches = untagged
-            pattern = _FENCED if _FENCED.search(text) else re.compile(r"^\s*(\{.*\})\s*$", re.DOTALL)
+    spans = [(m.start(), m.end(), m.group(1)) for m in _CALL.finditer(text)]
+    if not spans and known_tools:
+        spans = _untagged_calls(text, known_tools)
+    if not spans:
+        return text.strip(), ()
+    prose = "".join(text[begin:end] for begin, end in
+                    zip([0] + [e for _, e, _ in spans], [s for s, _, _ in spans] + [len(text)])).strip()
     calls = []
-    for index, match in enumerate(matches):
-        body = match.group(1).strip()
+    for index, (_, _, raw) in enumerate(spans):
+        body = raw.strip()
         call_id = f"{id_prefix}_{index}"
         try:
             data: Any = json.loads(body)
         except json.JSONDecodeError as exc:
-            calls.append(ToolCall(call_id, "", {}, f"tool call is not valid JSON: {exc.msg}"))
+            calls.append(ToolCall(call_id, "", {}, f"tool call is not valid JSON: {exc.msg}", origin="text"))
             continue
         if not isinstance(data, dict) or not isinstance(data.get("name"), str):
-            calls.append(ToolCall(call_id, "", {}, 'tool call must be {"name": ..., "arguments": {...}}'))
+            calls.append(ToolCall(call_id, "", {}, 'tool call must be {"name": ..., "arguments": {...}}',
+                                  origin="text"))
             continue
         arguments = data.get("arguments", {})
         if isinstance(arguments, str):  # some models double-encode
@@ -83,10 +111,9 @@ def parse_text_tool_calls(
             except json.JSONDecodeError:
                 pass
         if not isinstance(arguments, dict):
-            calls.append(ToolCall(call_id, data["name"], {}, "arguments must be a JSON object"))
+            calls.append(ToolCall(call_id, data["name"], {}, "arguments must be a JSON object", origin="text"))
             continue
-        calls.append(ToolCall(call_id, data["name"], arguments))
-    prose = pattern.sub("", text).strip()
+        calls.append(ToolCall(call_id, data["name"], arguments, origin="text"))
     return prose, tuple(calls)
 
 

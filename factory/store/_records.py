@@ -241,13 +241,19 @@ class ModelCallEvent(BranchEvent):
 
 
 class ToolCallEvent(BranchEvent):
-    """The policy called a tool (``tool_call``); ``error`` says why its arguments did not parse."""
+    """The policy called a tool (``tool_call``); ``error`` says why its arguments did not parse.
+
+    ``origin`` says how the call arrived: ``native`` (the server's structured
+    tool calls) or ``text`` (written in the reply's text and read from it);
+    None for calls stored before it was recorded.
+    """
 
     kind: Literal["tool_call"] = "tool_call"
     id: str
     name: str
     arguments: dict[str, Any]
     error: str | None
+    origin: Literal["native", "text"] | None = None
 
 
 class ToolResultEvent(BranchEvent):

@@ -559,3 +559,116 @@ def test_openai_tool_arguments_sent_as_an_object_are_accepted(server: WireServer
     model = make_model("openai", server)
     response = asyncio.run(model.chat([{"role": "user", "content": "go"}]))
     assert [(c.name, c.arguments, c.error) for c in response.tool_calls] == [("run", {"command": "ls"}, None)]
+
+
+# --- what real OpenAI-compatible servers do differently (see tests/models/test_openai_real_server.py) ------------
+
+
+def test_openai_asks_for_tool_choice_auto_whenever_tools_are_offered(server: WireServer) -> None:
+    """llama-cpp-python's function-calling format reads a missing tool_choice as "none" and hides the tools."""
+    server.push(Reply.ok("a"), Reply.ok("b"))
+    chat(make_model("openai", server), tools=[READ_FILE, RUN])
+    chat(make_model("openai", server))
+    assert server.bodies[0]["tool_choice"] == "auto"
+    assert "tool_choice" not in server.bodies[1] and "tools" not in server.bodies[1]
+
+
+@pytest.mark.parametrize(("text", "prose"), [
+    ('Let me look.\n<tool_call>\n{"name": "read_file", "arguments": {"path": "solution.py"}}\n</tool_call>',
+     "Let me look."),
+    ('I will read it.\n```json\n{"name": "read_file", "arguments": {"path": "solution.py"}}\n```', "I will read it."),
+    ('{"name": "read_file", "arguments": {"path": "solution.py"}}', ""),
+    ('First I read the file.\n{"name": "read_file", "arguments": {"path": "solution.py"}}', "First I read the file."),
+])
+def test_openai_calls_written_in_the_text_are_read_when_the_server_parsed_none(text: str, prose: str,
+                                                                              server: WireServer) -> None:
+    server.push(Reply.ok(text, usage=(30, 12)))
+
+    response = chat(make_model("openai", server), tools=[READ_FILE, RUN])
+
+    assert [(c.name, c.arguments, c.error, c.origin) for c in response.tool_calls] == [
+        ("read_file", {"path": "solution.py"}, None, "text")]
+    assert response.text == prose
+    assert response.tool_calls[0].id  # echoed back in the tool turn
+    assert response.finish_reason == "stop"  # as the server said: it saw no call
+    assert (response.usage.input_tokens, response.usage.output_tokens) == (30, 12)
+
+
+def test_openai_json_in_the_text_is_an_answer_when_no_tools_are_offered_or_it_names_none(server: WireServer) -> None:
+    call = '{"name": "read_file", "arguments": {"path": "solution.py"}}'
+    other = '```json\n{"name": "factorial", "arguments": {"n": 0}}\n```'
+    server.push(Reply.ok(call), Reply.ok(other))
+    assert chat(make_model("openai", server)).text == call  # single-turn: no tools, so no calls
+    response = chat(make_model("openai", server), tools=[READ_FILE, RUN])
+    assert response.text == other and response.tool_calls == ()
+
+
+def test_openai_native_calls_are_marked_native_and_their_text_is_not_read_again(server: WireServer) -> None:
+    text = '<tool_call>{"name": "run", "arguments": {"command": "rm -rf /"}}</tool_call>'
+    server.push(Reply.ok(text, tool_calls=[("read_file", {"path": "a.py"})]))
+    response = chat(make_model("openai", server), tools=[READ_FILE, RUN])
+    assert [(c.name, c.origin) for c in response.tool_calls] == [("read_file", "native")]
+    assert response.text == text
+
+
+def test_openai_legacy_function_call_missing_ids_and_absent_usage_are_read(server: WireServer) -> None:
+    """What llama-cpp-python sends beside tool_calls, and what other compatible servers leave out."""
+    server.push(
+        Reply.raw({"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "m",
+                   "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+                       "role": "assistant", "content": None,
+                       "function_call": {"name": "run", "arguments": '{"command": "ls"}'}}}]}),
+        Reply.raw({"id": "chatcmpl-2", "object": "chat.completion", "created": 0, "model": "m",
+                   "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+                       "role": "assistant", "content": None, "tool_calls": [
+                           {"id": None, "type": "function", "function": {"name": "run", "arguments": "{}"}},
+                           {"type": "function", "function": {"name": "read_file", "arguments": '{"path": "x"}'}}]}}],
+                   "usage": None}),
+    )
+    legacy = chat(make_model("openai", server), tools=[READ_FILE, RUN])
+    assert [(c.name, c.arguments, c.origin) for c in legacy.tool_calls] == [("run", {"command": "ls"}, "native")]
+    assert legacy.usage.input_tokens == legacy.usage.output_tokens == 0
+    unnamed = chat(make_model("openai", server), tools=[READ_FILE, RUN])
+    ids = [c.id for c in unnamed.tool_calls]
+    assert [c.name for c in unnamed.tool_calls] == ["run", "read_file"] and all(ids) and len(set(ids)) == 2
+
+
+def test_the_context_window_error_of_llama_cpp_server_is_a_request_error(server: WireServer) -> None:
+    """llama-cpp-python answers an over-long prompt with 400 context_length_exceeded: retrying cannot help."""
+    server.push(Reply.error(400, "This model's maximum context length is 4096 tokens.",
+                            code="context_length_exceeded", param="messages"))
+    with pytest.raises(ProviderRequestError, match="maximum context length"):
+        chat(make_model("openai", server), tools=[READ_FILE, RUN])
+    assert len(server.requests) == 1
+
+
+def test_the_agent_records_how_each_tool_call_arrived(server: WireServer, tmp_path: Path) -> None:
+    """A call read from the text and a native one, through the agent into its stored events and a replay file."""
+    from factory.rollouts import BranchStatus, ToolCallingAgent
+    from factory.sandbox import SandboxSpec, create_sandbox
+    from factory.store import ToolCallEvent, parse_event
+    from factory.tasks import Task
+
+    server.push(Reply.ok('```json\n{"name": "run", "arguments": {"command": "echo hi"}}\n```'),
+                Reply.ok("", tool_calls=[("submit", {"answer": "done"})]))
+    task = Task(id="t", prompt="Say hi with the shell, then submit.", files={"a.txt": "x"})
+    record = tmp_path / "recorded.jsonl"
+
+    async def go():
+        model = RecordingModel(make_model("openai", server), record)
+        try:
+            async with create_sandbox("bwrap", SandboxSpec(files=task.files)) as sandbox:
+                return await ToolCallingAgent(model).run(task, sandbox, temperature=0.0, seed=0)
+        finally:
+            await model.aclose()
+
+    result = asyncio.run(go())
+    assert result.status == BranchStatus.OK and result.final_answer == "done"
+    calls = [e for e in result.events if isinstance(e, ToolCallEvent)]
+    assert [(c.name, c.origin) for c in calls] == [("run", "text"), ("submit", "native")]
+    stored = [parse_event({"kind": "tool_call", "seq": c.seq, "ts": c.ts, "payload": c.payload()}) for c in calls]
+    assert [e.origin for e in stored] == ["text", "native"]
+    assert parse_event({"kind": "tool_call", "seq": 0, "ts": calls[0].ts, "payload": {
+        "id": "old", "name": "run", "arguments": {}, "error": None}}).origin is None  # stored before origins
+    replayed = [ChatResponse.from_dict(json.loads(line)["response"]) for line in record.read_text().splitlines()]
+    assert [c.origin for r in replayed for c in r.tool_calls] == ["text", "native"]

@@ -80,9 +80,11 @@ class Reply:
         return cls(text=text, tool_calls=tuple(tool_calls or ()), usage=usage, finish_reason=finish_reason)
 
     @classmethod
-    def error(cls, status: int, message: str = "planned failure", headers: dict[str, str] | None = None) -> Reply:
-        """An error status with each API's error body."""
-        return cls(status=status, body={"__error__": message}, headers=tuple((headers or {}).items()))
+    def error(cls, status: int, message: str = "planned failure", headers: dict[str, str] | None = None,
+              code: str | None = None, param: str | None = None) -> Reply:
+        """An error status with each API's error body (OpenAI's carries ``code`` and ``param``)."""
+        return cls(status=status, body={"__error__": message, "code": code, "param": param},
+                   headers=tuple((headers or {}).items()))
 
     @classmethod
     def raw(cls, body: Any, status: int = 200, content_type: str = "application/json") -> Reply:
@@ -148,11 +150,12 @@ def _anthropic_body(reply: Reply, model: str, serial: int) -> dict[str, Any]:
     }
 
 
-def _error_body(path: str, status: int, message: str) -> dict[str, Any]:
+def _error_body(path: str, status: int, message: str, code: str | None = None,
+                param: str | None = None) -> dict[str, Any]:
     kind = _ERROR_TYPES.get(status, "api_error")
     if path == ANTHROPIC_PATH:
         return {"type": "error", "error": {"type": kind, "message": message}}
-    return {"error": {"message": message, "type": kind, "param": None, "code": None}}
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -220,7 +223,8 @@ class _Handler(BaseHTTPRequestHandler):
             if reply.body is not None:
                 payload = reply.body
                 if isinstance(payload, dict) and "__error__" in payload:
-                    payload = _error_body(path, reply.status, payload["__error__"])
+                    payload = _error_body(path, reply.status, payload["__error__"], payload.get("code"),
+                                          payload.get("param"))
             elif path == OPENAI_PATH:
                 payload = _openai_body(reply, model, serial)
             else:
