@@ -815,3 +815,28 @@ def test_a_boundary_limit_is_reported_per_failing_test():
     boundary = run.payload["boundary"]
     assert [entry["test"] for entry in boundary] == ["test_lib.py::test_compares_an_object"]
     assert "comparing it" in boundary[0]["what"]
+
+
+BREAKS_THE_PROTOCOL = """
+import sys
+
+_main = sys.modules["__main__"]
+_calls = {"n": 0}
+_original = _main.SolutionServer.objects_of
+
+def _objects_of(self, value, nested):
+    _calls["n"] += 1
+    if _calls["n"] > 3:  # after the first few answers: malformed values for everything
+        return {"nt": [None, "P", ["a"], []]}
+    return _original(self, value, nested)
+
+_main.SolutionServer.objects_of = _objects_of
+"""
+
+
+@pytest.mark.parametrize("where", ["collection", "tests"])
+def test_a_solution_breaking_the_protocol_fails_and_never_crashes_pytest(where):
+    tests = ATTACK_TESTS if where == "tests" else ATTACK_TESTS.replace("import lib\n", "import lib\nfrom lib import *\n")
+    verdict = verify(tests, ATTACK_BASE + BREAKS_THE_PROTOCOL)
+    assert verdict.status == "fail", verdict.details
+    assert verdict.details.get("passed", 0) == 0 and "pytest_internal_error" not in str(verdict.details)
