@@ -212,7 +212,7 @@ class SolutionServer(Endpoint):
         """Send fds 1 and 2 to files read back with every message: print, os.write and children alike."""
         try:
             for fd, name in ((1, "out"), (2, "err")):
-                sink = tempfile.TemporaryFile()
+                sink = tempfile.TemporaryFile()  # noqa: SIM115 -- open for the server's lifetime
                 os.dup2(sink.fileno(), fd)
                 self.outputs.append((name, sink, 0))
             sys.stdout = io.TextIOWrapper(os.fdopen(1, "wb", closefd=False), line_buffering=True)

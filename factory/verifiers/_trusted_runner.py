@@ -9,16 +9,43 @@ trusted side can import itself (the standard library, pytest, the tests'
 own helpers) is never proxied, so a solution file cannot shadow them.
 
 An imported solution module is a :class:`RemoteModule`; what its attributes
-and calls return is plain data (rebuilt here as builtins) or a handle
+and calls return is plain data (rebuilt here as builtins), a value object
+rebuilt here from plain fields with trusted classes (the standard library's
+value types, namedtuples, the solution's enums, and :class:`_Snapshot` for a
+dataclass with a generated ``__eq__``: equality and order computed here), a
+live container (a list, dict, set or bytearray an attribute read returned:
+module state, whose changes are made in the solution), or a handle
 (:class:`RemoteObject`, or a :class:`RemoteClass` for classes) whose
 methods run in the solution's process. A handle cannot be compared,
-hashed by value, truth-tested, converted to a number, or passed anything
+hashed by value, truth-tested, or passed anything
 but plain data and other handles: each of those raises
 :class:`BoundaryError`, a ``BaseException`` so that neither ``except
 Exception`` nor ``pytest.raises(Exception)`` in a test swallows it, and the
 test fails saying why. Exceptions raised by the solution arrive as builtin
 ``Exception`` classes by name (never ``BaseException``: a solution cannot
 skip, exit or interrupt the run) or as stand-in classes for its own.
+
+The test's own objects passed to the solution (key functions, callbacks,
+mocks, files, test functions a decorator of the solution wraps) cross as
+reverse handles: the solution's calls on them run here, while the call
+into the solution waits. The solution may call them, iterate them, use them
+as context managers and read their public attributes; never set or delete
+an attribute, read a private or dunder one (``__globals__``, ``__self__``,
+``__closure__``, ``__dict__``), a frame's or generator's (``gi_frame``,
+``f_locals``), pytest's marks, or the methods that reconfigure a mock; a
+module, frame, or pytest's own machinery never crosses. A failure of
+pytest's (``pytest.fail``, a skip) or a :class:`BoundaryError` raised in
+the test's code during a solution call is re-raised once the call returns,
+whatever the solution did with it. A decorated test counts only if its own
+function's last call got pytest's arguments and returned. Lists, dicts, sets
+and bytearrays passed as arguments get the solution's changes written back.
+What the solution printed, logged and warned during a call is re-emitted
+here (``capsys``, ``capfd``, ``caplog``, ``pytest.warns``), and the test's
+environment changes and working directory go with each call.
+
+A failing test whose failure comes from something that could not cross is
+listed in the report's ``boundary``: ``[{"test": node id, "what":
+message}]``.
 
 ``pytest.importorskip`` of a solution module imports it plainly: a solution
 that fails to import fails its tests, it does not skip them.
@@ -102,8 +129,9 @@ def _run_watched(function, args, kwargs):
     except (TypeError, ValueError):
         bound = None
     wanted = _RUN["args"]
+    parameters = inspect.signature(function).parameters
     faithful = bound is not None and all(name in bound and _same_argument(bound[name], value)
-                                         for name, value in wanted.items() if name in inspect.signature(function).parameters)
+                                         for name, value in wanted.items() if name in parameters)
     result = function(*args, **kwargs)
     _RUN["ran"] = faithful
     return result
@@ -180,7 +208,8 @@ def _no_reverse(value):
     if isinstance(value, (types.FrameType, types.TracebackType, types.CodeType)):
         return f"a {type(value).__name__} cannot be passed to the solution"
     if isinstance(value, types.ModuleType):
-        return f"module {getattr(value, '__name__', '?')} cannot be passed to the solution (only the standard library's, by name)"
+        return (f"module {getattr(value, '__name__', '?')} cannot be passed to the solution (only the standard "
+                "library's, by name)")
     module = getattr(type(value), "__module__", "") or ""
     if module.startswith(("_pytest", "pytest", "pluggy")) and type(value).__name__ in (
             "MonkeyPatch", "FixtureRequest", "SubRequest", "Config", "Session", "Pytester", "Testdir",
@@ -466,8 +495,8 @@ class SolutionClient(Endpoint):
                 if type(value) is not str:
                     raise AttributeError(name)
                 return value
-            if name.startswith(_HIDDEN_PREFIXES) or (isinstance(target, (types.FunctionType, types.MethodType,
-                                                                         types.BuiltinFunctionType, functools.partial)))\
+            functions = (types.FunctionType, types.MethodType, types.BuiltinFunctionType, functools.partial)
+            if name.startswith(_HIDDEN_PREFIXES) or isinstance(target, functions) \
                     or (isinstance(target, unittest.mock.NonCallableMock) and name in _MOCK_WRITERS):
                 raise AttributeError(f"{name} of the test's object is not the solution's to read")
             return getattr(target, name)
@@ -641,7 +670,8 @@ def _snapshot(client, body, nested):
         raise WireError("malformed dataclass fields")
     cls = client.snapshot_classes.get(cls_key)
     if cls is None:
-        cls = client.snapshot_classes[cls_key] = type(_safe_name(name, "SolutionValue"), (_Snapshot,), {"__slots__": ()})
+        cls = type(_safe_name(name, "SolutionValue"), (_Snapshot,), {"__slots__": ()})
+        client.snapshot_classes[cls_key] = cls
     snapshot = object.__new__(cls)
     object.__setattr__(snapshot, "_factory_client", client)
     object.__setattr__(snapshot, "_factory_key", key)
@@ -661,10 +691,7 @@ def _remote_enum(client, key, name, members):
         pairs = [(str(entry[0]), client.decode(entry[1])) for entry in entries[:1000]]
         if not all(p[0].isidentifier() and not p[0].startswith("_") for p in pairs):
             return None
-        if members.get("base") == "str":
-            cls = enum.Enum(name, pairs, type=str)
-        else:
-            cls = base(name, pairs)
+        cls = enum.Enum(name, pairs, type=str) if members.get("base") == "str" else base(name, pairs)
     except BaseException:  # values that cannot be compared or hashed here: the class stays a handle
         return None
     cls._factory_key = key
@@ -1105,8 +1132,8 @@ class _Outcomes:
     def pytest_pycollect_makeitem(self, collector, name, obj):
         # A test function the solution replaced by something pytest cannot collect (a decorator returning a
         # non-function) would vanish from the run silently: it fails instead.
-        if isinstance(obj, (types.FunctionType, type, staticmethod, classmethod)) or not collector.funcnamefilter(name) \
-                or name not in self.defined_functions(collector.path):
+        if isinstance(obj, (types.FunctionType, type, staticmethod, classmethod)) \
+                or not collector.funcnamefilter(name) or name not in self.defined_functions(collector.path):
             return None
         try:
             wrapped = obj.__wrapped__ if getattr(type(obj), "_factory_handle_of", None) is not None else None
@@ -1140,7 +1167,9 @@ class _Outcomes:
         entries = list(self.boundary)
         for node, outcome in self.outcomes.items():
             if outcome == "failed":
-                entries.extend({"test": node, "what": what} for what in _BOUNDARY.get(node, []))
+                # (what could not cross while collecting is filed under None, before any test ran)
+                key = None if node in self.collection_errors or node == "<collection>" else node
+                entries.extend({"test": node, "what": what} for what in _BOUNDARY.get(key, []))
         return entries[:200]
 
     def pytest_runtest_logreport(self, report):

@@ -376,10 +376,7 @@ def write_back(refs, states, decode):
     for target, value in decoded:  # all decoded first: a malformed entry changes nothing
         if target is value:
             continue
-        if type(target) is dict:
-            target.clear()
-            target.update(value)
-        elif type(target) is set:
+        if type(target) in (dict, set):
             target.clear()
             target.update(value)
         else:

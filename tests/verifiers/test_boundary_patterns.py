@@ -836,7 +836,30 @@ _main.SolutionServer.objects_of = _objects_of
 
 @pytest.mark.parametrize("where", ["collection", "tests"])
 def test_a_solution_breaking_the_protocol_fails_and_never_crashes_pytest(where):
-    tests = ATTACK_TESTS if where == "tests" else ATTACK_TESTS.replace("import lib\n", "import lib\nfrom lib import *\n")
+    tests = ATTACK_TESTS
+    if where == "collection":  # every name of the solution read while pytest imports the test module
+        tests = ATTACK_TESTS.replace("import lib\n", "import lib\nfrom lib import *\n")
     verdict = verify(tests, ATTACK_BASE + BREAKS_THE_PROTOCOL)
     assert verdict.status == "fail", verdict.details
     assert verdict.details.get("passed", 0) == 0 and "pytest_internal_error" not in str(verdict.details)
+
+
+def test_what_could_not_cross_while_collecting_is_reported():
+    tests = textwrap.dedent("""
+        import threading
+        import lib
+
+        LOCK = lib.keep(threading.Lock())
+        HELD = lib.keep(__import__("pytest"))
+
+        def test_anything():
+            assert LOCK is not None
+    """)
+    solution = "def keep(value):\n    return value\n"
+    task = Task(id="boundary-collect", prompt="p", files={"lib.py": ""}, tests={"test_lib.py": tests})
+    run = asyncio.run(run_isolated(task, solution_files(task, {"lib.py": solution}), ["-q", "test_lib.py"],
+                                   sandbox="bwrap", limits=SandboxLimits(timeout_s=60), timeout_s=60))
+    assert run.payload is not None, run.output_tail
+    assert run.payload["collection_errors"] == ["test_lib.py"]
+    assert any(entry["test"] == "test_lib.py" and "module pytest cannot be passed" in entry["what"]
+               for entry in run.payload["boundary"]), run.payload
