@@ -144,6 +144,13 @@ class TrustedObject:
     def __getitem__(self, key):
         return self._op("getitem", key=object.__getattribute__(self, "_server").encode(key))
 
+    def __setitem__(self, key, value):
+        server = object.__getattribute__(self, "_server")
+        self._op("setitem", key=server.encode(key), v=server.encode(value))
+
+    def __delitem__(self, key):
+        self._op("delitem", key=object.__getattribute__(self, "_server").encode(key))
+
     def __enter__(self):
         return self._op("enter")
 

@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import builtins
 import collections
+import collections.abc
 import enum
 import functools
 import importlib.abc
@@ -195,6 +196,7 @@ _SAFE_BUILTINS = frozenset({
     "int", "float", "complex", "str", "bytes", "bytearray", "bool", "list", "tuple", "dict", "set", "frozenset",
     "range", "object", "slice", "abs", "len", "max", "min", "sum", "sorted", "reversed", "repr", "round", "ord",
     "chr", "any", "all", "divmod", "pow", "hash", "enumerate", "zip", "map", "filter", "iter", "next"})
+_LIVE_BASES = (list, dict, set, bytearray)
 #: Attribute names of a test's object the solution may never read, whatever their prefix.
 _HIDDEN_PREFIXES = ("_", "gi_", "cr_", "ag_", "f_", "tb_", "co_", "pytest")
 _NAME_DUNDERS = frozenset({"__name__", "__qualname__", "__doc__", "__module__"})
@@ -451,7 +453,11 @@ class SolutionClient(Endpoint):
         refs = Refs()
         try:
             result = self.reverse(request, refs)
-            reply = {"ok": self.encode(result, refs)}
+            if request.get("op") in ("getattr", "getitem") and type(result) in _LIVE_BASES:
+                # a container inside the test's object (a defaultdict's list): the solution changes this one
+                reply = {"ok": self.handle_of(result)}
+            else:
+                reply = {"ok": self.encode(result, refs)}
         except BoundaryError as exc:
             self.pending = self.pending or exc
             reply = {"exc": {"type": "TypeError", "message": f"boundary: {exc}"}}
@@ -512,6 +518,17 @@ class SolutionClient(Endpoint):
             return self.decode(request.get("v")) in target
         if op == "getitem":
             return target[self.decode(request.get("key"))]
+        if op in ("setitem", "delitem"):
+            # a mapping or sequence of the test the solution fills (a defaultdict, a Counter, a deque)
+            if isinstance(target, unittest.mock.NonCallableMock) or not isinstance(
+                    target, (collections.abc.MutableMapping, collections.abc.MutableSequence, *_LIVE_BASES)):
+                raise TypeError(f"the test's {type(target).__name__} does not take items from the solution")
+            key = self.decode(request.get("key"))
+            if op == "delitem":
+                del target[key]
+            else:
+                target[key] = self.decode(request.get("v"))
+            return None
         if op == "enter":
             return type(target).__enter__(target)
         if op == "exit":

@@ -94,11 +94,20 @@ HONEST = {
         def copy_upper(source, sink):
             with source:
                 sink.write(source.read().upper())
+
+        def group(pairs, into):
+            for key, value in pairs:
+                into[key].append(value)
+
+        def tally(words, counter):
+            for word in words:
+                counter[word] += 1
         """,
         """
+        import collections
         import io
         from unittest import mock
-        from lib import notify, fetch, copy_upper
+        from lib import copy_upper, fetch, group, notify, tally
 
         def test_plain_callback():
             seen = []
@@ -119,6 +128,14 @@ HONEST = {
             sink = io.StringIO()
             copy_upper(io.StringIO("abc"), sink)
             assert sink.getvalue() == "ABC"
+
+        def test_the_tests_own_mappings_filled_by_the_solution():
+            groups = collections.defaultdict(list)
+            group([("a", 1), ("b", 2), ("a", 3)], groups)
+            assert groups == {"a": [1, 3], "b": [2]}
+            counts = collections.Counter()
+            tally(["x", "y", "x"], counts)
+            assert counts == {"x": 2, "y": 1}
         """),
     "in-place-mutation": (
         """
