@@ -32,10 +32,12 @@ MONEY_TESTS = ("from money import Money, total\n\n"
                "def test_total_equals():\n    assert total([Money(1), Money(2)]) == Money(3)\n\n"
                "def test_total_cents():\n    assert total([Money(1), Money(2)]).cents == 3\n")
 MONEY_SOLUTION = ("class Money:\n    def __init__(self, cents):\n        self.cents = cents\n\n"
-                  "    def __eq__(self, other):\n        return isinstance(other, Money) and other.cents == self.cents\n\n"
+                  "    def __eq__(self, other):\n"
+                  "        return isinstance(other, Money) and other.cents == self.cents\n\n"
                   "    def __hash__(self):\n        return hash(self.cents)\n\n\n"
                   "def total(items):\n    return Money(sum(m.cents for m in items))\n")
-ADD_TESTS = "from solution import add\n\ndef test_add():\n    assert add(1, 2) == 3\n\ndef test_neg():\n    assert add(-1, 1) == 0\n"
+ADD_TESTS = ("from solution import add\n\ndef test_add():\n    assert add(1, 2) == 3\n\n"
+             "def test_neg():\n    assert add(-1, 1) == 0\n")
 ADD_STUB = "def add(a, b):\n    pass\n"
 
 # An honest solution whose test compares two of the solution's objects with their hand-written __eq__:

@@ -217,7 +217,8 @@ async def check_task(task: Task, solution: Mapping[str, str] | None = None, *, s
     isolated, bare = await asyncio.gather(_verify(task, workspace, "process", sandbox, timeout_s),
                                           _verify(task, workspace, "in-process", sandbox, timeout_s))
     differences = _differences(isolated, bare)
-    return TaskCheck(task.id, _kind(isolated, bare, differences), isolated, bare, differences, source)  # type: ignore[arg-type]
+    kind = _kind(isolated, bare, differences)
+    return TaskCheck(task.id, kind, isolated, bare, differences, source)  # type: ignore[arg-type]
 
 
 async def check_tasks(tasks: Iterable[Task], solutions: Mapping[str, Mapping[str, str]] | None = None, *,
