@@ -197,6 +197,7 @@ _SAFE_BUILTINS = frozenset({
     "range", "object", "slice", "abs", "len", "max", "min", "sum", "sorted", "reversed", "repr", "round", "ord",
     "chr", "any", "all", "divmod", "pow", "hash", "enumerate", "zip", "map", "filter", "iter", "next"})
 _LIVE_BASES = (list, dict, set, bytearray)
+_PYTEST_ENV = ("PYTEST_", "_PYTEST")
 #: Attribute names of a test's object the solution may never read, whatever their prefix.
 _HIDDEN_PREFIXES = ("_", "gi_", "cr_", "ag_", "f_", "tb_", "co_", "pytest")
 _NAME_DUNDERS = frozenset({"__name__", "__qualname__", "__doc__", "__module__"})
@@ -244,7 +245,10 @@ class SolutionClient(Endpoint):
 
     def outgoing(self, message):
         if "op" in message and self.depth <= 1:
-            env = {"set": {k: v for k, v in os.environ.items() if self.base_env.get(k) != v},
+            # What the tests set; never pytest's own variables (PYTEST_CURRENT_TEST names the running test,
+            # and with it its parameters: an answer key).
+            env = {"set": {k: v for k, v in os.environ.items()
+                           if self.base_env.get(k) != v and not k.upper().startswith(_PYTEST_ENV)},
                    "unset": [k for k in self.base_env if k not in os.environ]}
             if env != self.sent_env:
                 message["env"] = self.sent_env = env

@@ -772,6 +772,16 @@ def decorate(function):
     return wrapper
 """
 
+ENV_PEEK = """
+import os
+import re
+
+def square(value, check):
+    current = " ".join(f"{k}={v}" for k, v in os.environ.items())
+    match = re.search(r"\\[\\d+-(\\d+)\\]", current)
+    return int(match.group(1)) if match else -1
+"""
+
 REMOVES_TEST = """
 def decorate(function):
     return 42
@@ -787,6 +797,7 @@ ATTACKS = [
     ("forged-value-tags", FORGED_TAGS, ["test_value", "test_date"]),
     ("decorator-that-never-runs-the-test", NEVER_RUNS, ["test_decorated"]),
     ("decorator-that-removes-the-test", REMOVES_TEST, ["test_decorated"]),
+    ("environment-relay-leaks-pytests-variables", ENV_PEEK, ["test_parametrized", "test_decorated_parametrized"]),
     ("decorator-that-swallows-the-tests-failure", SWALLOWS_THE_TESTS_FAILURE, ["test_decorated"]),
     ("decorator-that-feeds-its-own-expected", FEEDS_ITS_OWN_EXPECTED, ["test_decorated_parametrized"]),
 ]
