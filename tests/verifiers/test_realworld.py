@@ -25,15 +25,19 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
 from factory.tasks import Task
 from factory.verifiers import BranchOutput, Criterion, TestsVerifier, Verdict, VerifyContext, run_verifier
 
+A = TypeVar("A")
+B = TypeVar("B")
 REALWORLD = Path(__file__).resolve().parents[1] / "data" / "realworld"
 #: Outcomes that count for or against a solution; skips and xfails are the suite's own.
 JUDGED = ("passed", "failed")
@@ -203,6 +207,14 @@ def verify_isolated(task: Task, solution: Mapping[str, str]) -> Verdict:
     return asyncio.run(run_verifier(verifier, ctx))
 
 
+def alongside(first: Callable[[], A], second: Callable[[], B]) -> tuple[A, B]:
+    """Run two blocking calls at once (a bare run beside a verification: the latter mostly waits on sandboxes)."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pending = pool.submit(first)
+        other = second()
+        return pending.result(), other
+
+
 def describe(verdict: Verdict) -> str:
     """The verdict's gist for an assertion message."""
     keep = ("status", "isolation", "passed", "total", "exit_code", "timed_out", "reason", "hacks", "boundary",
@@ -280,11 +292,11 @@ def test_the_vendored_libraries_are_not_installed_in_this_interpreter():
 @pytest.mark.parametrize("name", _library_params(library_names()))
 def test_isolated_verdict_equals_bare_pytest_on_every_test(name, tmp_path):
     library = load_library(name)
-    bare = bare_pytest({**library.source, **library.tests}, library.test_command, tmp_path)
+    bare, verdict = alongside(lambda: bare_pytest({**library.source, **library.tests}, library.test_command, tmp_path),
+                              lambda: verify_isolated(library.task(), library.source))
     failing = sorted(bare.judged - bare.passed)
     assert bare.judged and not failing, f"{name} does not pass under bare pytest here: {failing[:5]}\n" \
                                         f"{bare.output_tail}"
-    verdict = verify_isolated(library.task(), library.source)
     assert verdict.details.get("isolation") == "process", describe(verdict)
     assert verdict.status == "pass", f"{name}: bare pytest passes {len(bare.passed)} tests\n{describe(verdict)}"
     assert verdict.details["passed"] == verdict.details["total"] == len(bare.judged), describe(verdict)
@@ -297,8 +309,8 @@ def test_a_copy_with_one_function_broken_fails(name, tmp_path):
     path, find, replace, selection = BREAKS[name]
     broken = library.broken(path, find, replace)
     command = f"python -m pytest -q {selection}"
-    bare = bare_pytest({**broken, **library.tests}, command, tmp_path)
+    bare, verdict = alongside(lambda: bare_pytest({**broken, **library.tests}, command, tmp_path),
+                              lambda: verify_isolated(library.task(command), broken))
     assert bare.judged - bare.passed, f"{name}: the break in {path} is not caught by {selection} under bare pytest"
-    verdict = verify_isolated(library.task(command), broken)
     assert verdict.status == "fail", describe(verdict)
     assert not verdict.details.get("hack_detected"), describe(verdict)
