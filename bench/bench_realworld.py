@@ -46,6 +46,7 @@ from tests.verifiers.test_realworld import (  # noqa: E402
     bare_pytest,
     library_names,
     load_library,
+    tests_verdict,
 )
 
 _QUOTED = re.compile(r"""'[^']*'|"[^"]*\"""")
@@ -92,7 +93,19 @@ def isolated_outcomes(library: Library, verifier: TestsVerifier, extra_args: tup
     return {**run.payload, "timed_out": run.timed_out}, seconds
 
 
-def compare(library: Library, folder: Path, verifier: TestsVerifier) -> dict:
+def in_process_verdict(library: Library) -> str:
+    """The verdict of the same task with ``test_isolation: in-process`` (pass, or fail with its reason)."""
+    task = library.task().model_copy(update={"test_isolation": "in-process"})
+    verdict = tests_verdict(task, library.source)
+    details = verdict.details
+    if verdict.status == "pass":
+        return f"pass {details.get('passed')}/{details.get('total')}"
+    hacks = ",".join(h.get("code", "?") for h in details.get("hacks", []))
+    why = f"hack: {hacks}" if hacks else details.get("reason") or f"exit {details.get('exit_code')}"
+    return f"{verdict.status} {details.get('passed', 0)}/{details.get('total', 0)} ({why})"
+
+
+def compare(library: Library, folder: Path, verifier: TestsVerifier, in_process: bool = False) -> dict:
     """Bare and isolated runs of one library, and the causes of every difference."""
     bare = bare_pytest({**library.source, **library.tests}, library.test_command, folder)
     payload, isolated_s = isolated_outcomes(library, verifier)
@@ -135,6 +148,7 @@ def compare(library: Library, folder: Path, verifier: TestsVerifier) -> dict:
             "isolated_exit": payload.get("exit"), "timed_out": bool(payload.get("timed_out")),
             "solution_error": payload.get("solution_error"), "other_differences": different[:10],
             "only_isolated": sorted(only_isolated)[:5],
+            "in_process": in_process_verdict(library) if in_process else None,
             "causes": sorted(([key, len(items), items[0][0], items[0][1]] for key, items in causes.items()),
                              key=lambda c: -c[1])}
 
@@ -162,6 +176,9 @@ def markdown(results: list[dict], elapsed: float) -> str:
         lines.append(f"| {r['name']} | {r['version']} | {r['licence']} | {r['tests']} | {r['bare_passed']} | "
                      f"{r['isolated_passed']}{continuing(r)} | {equal} | {r['bare_s']} | {r['isolated_s']} |")
     equal_count = sum(r["isolated_passed"] == r["bare_passed"] == r["tests"] for r in results)
+    if any(r["in_process"] for r in results):
+        lines += ["", "With `test_isolation: in-process` (the old guarded run: pytest and the library in one process):",
+                  ""] + [f"- {r['name']}: {r['in_process']}" for r in results]
     lines += ["", f"**{equal_count} of {len(results)} libraries** equal bare pytest isolated; "
               f"{sum(r['isolated_passed'] for r in results)} of {total} tests pass isolated "
               f"({sum(r['bare_passed'] for r in results)} bare).", "",
@@ -189,6 +206,7 @@ def main() -> None:
     parser.add_argument("--libraries", nargs="*", help="library names (default: every vendored one)")
     parser.add_argument("--report", type=Path, help="write the Markdown report to this file")
     parser.add_argument("--json", type=Path, help="write the per-library results as JSON to this file")
+    parser.add_argument("--in-process", action="store_true", help="also verify each task with in-process isolation")
     options = parser.parse_args()
     names = options.libraries or library_names()
     verifier = TestsVerifier()
@@ -196,7 +214,7 @@ def main() -> None:
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-realworld-") as scratch:
         for name in names:
-            result = compare(load_library(name), Path(scratch) / name, verifier)
+            result = compare(load_library(name), Path(scratch) / name, verifier, options.in_process)
             results.append(result)
             print(f"{name}: {result['isolated_passed']}/{result['tests']} isolated, {result['bare_passed']} bare "
                   f"({result['isolated_s']} s vs {result['bare_s']} s)", flush=True)

@@ -199,8 +199,9 @@ def bare_pytest(files: Mapping[str, str], test_command: str, folder: Path, timeo
     return BareRun(result.returncode, payload["outcomes"], seconds, tail)
 
 
-def verify_isolated(task: Task, solution: Mapping[str, str]) -> Verdict:
-    """The default ``tests`` verifier (isolated, bwrap, default limits) on ``solution`` as the final workspace."""
+def tests_verdict(task: Task, solution: Mapping[str, str]) -> Verdict:
+    """The ``tests`` verifier with its defaults (bwrap, default limits; isolated unless the task says
+    ``in-process``) on ``solution`` as the branch's final workspace."""
     verifier = TestsVerifier(reference_sandbox="bwrap")
     criterion = Criterion("tests", "tests pass", "tests", task.effective_test_command)
     ctx = VerifyContext(task, BranchOutput("done"), criterion, None, workspace={**task.tests, **solution})
@@ -293,7 +294,7 @@ def test_the_vendored_libraries_are_not_installed_in_this_interpreter():
 def test_isolated_verdict_equals_bare_pytest_on_every_test(name, tmp_path):
     library = load_library(name)
     bare, verdict = alongside(lambda: bare_pytest({**library.source, **library.tests}, library.test_command, tmp_path),
-                              lambda: verify_isolated(library.task(), library.source))
+                              lambda: tests_verdict(library.task(), library.source))
     failing = sorted(bare.judged - bare.passed)
     assert bare.judged and not failing, f"{name} does not pass under bare pytest here: {failing[:5]}\n" \
                                         f"{bare.output_tail}"
@@ -310,7 +311,7 @@ def test_a_copy_with_one_function_broken_fails(name, tmp_path):
     broken = library.broken(path, find, replace)
     command = f"python -m pytest -q {selection}"
     bare, verdict = alongside(lambda: bare_pytest({**broken, **library.tests}, command, tmp_path),
-                              lambda: verify_isolated(library.task(command), broken))
+                              lambda: tests_verdict(library.task(command), broken))
     assert bare.judged - bare.passed, f"{name}: the break in {path} is not caught by {selection} under bare pytest"
     assert verdict.status == "fail", describe(verdict)
     assert not verdict.details.get("hack_detected"), describe(verdict)
