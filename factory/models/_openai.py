@@ -18,6 +18,9 @@ llama-cpp-python's server (``tests/models/test_openai_real_server.py``):
   it arrived in :attr:`~factory.models.ToolCall.origin` (``native`` / ``text``).
 * A single call may come as the legacy ``function_call`` instead of
   ``tool_calls``, a call may lack an id, and ``usage`` may be absent (counted 0).
+* llama-cpp-python answers a request body it cannot validate with HTTP 500
+  (``internal_server_error``, the message naming the body's field); that is a
+  request error, never retried: every retry would fail the same way.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from factory.errors import MalformedResponseError, ModelConfigError
+from factory.errors import MalformedResponseError, ModelConfigError, ProviderRequestError, ProviderServerError
 from factory.models._base import (
     ChatResponse,
     Message,
@@ -75,6 +78,13 @@ def _parse_arguments(raw: str | dict[str, Any] | None) -> tuple[dict[str, Any], 
     return value, None
 
 
+def _rejects_the_request_body(error: BaseException | None) -> bool:
+    """Whether a 5xx is a server's way of saying the request body did not validate (llama-cpp-python's)."""
+    body = getattr(error, "body", None)
+    message = body.get("message") if isinstance(body, dict) else None
+    return isinstance(message, str) and "validation error" in message and "'loc': ('body'" in message
+
+
 class OpenAIChatModel:
     """Chat completions through ``openai.AsyncOpenAI``."""
 
@@ -113,8 +123,14 @@ class OpenAIChatModel:
         if tools:
             request["tools"] = [tool.openai_schema() for tool in tools]
             request["tool_choice"] = "auto"  # explicit: some servers read a missing one as "none" (see above)
-        with sdk_errors(self._openai, "openai"):
-            completion = await within_timeout(self._client.chat.completions.create(**request), self.timeout_s, "openai")
+        try:
+            with sdk_errors(self._openai, "openai"):
+                completion = await within_timeout(self._client.chat.completions.create(**request), self.timeout_s,
+                                                  "openai")
+        except ProviderServerError as exc:
+            if _rejects_the_request_body(exc.__cause__):
+                raise ProviderRequestError(str(exc)) from exc
+            raise
         return self._parse(completion, frozenset(tool.name for tool in tools or ()))
 
     def _parse(self, completion: Any, offered: frozenset[str] = frozenset()) -> ChatResponse:

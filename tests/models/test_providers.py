@@ -672,3 +672,24 @@ def test_the_agent_records_how_each_tool_call_arrived(server: WireServer, tmp_pa
         "id": "old", "name": "run", "arguments": {}, "error": None}}).origin is None  # stored before origins
     replayed = [ChatResponse.from_dict(json.loads(line)["response"]) for line in record.read_text().splitlines()]
     assert [c.origin for r in replayed for c in r.tool_calls] == ["text", "native"]
+
+
+def test_a_500_saying_the_request_body_did_not_validate_is_not_retried(server: WireServer) -> None:
+    """llama-cpp-python answers a body it cannot validate with 500: retrying would fail the same way each time."""
+    server.push(Reply.raw({"error": {
+        "message": "1 validation error:\n  {'type': 'list_type', 'loc': ('body', 'messages'), "
+                   "'msg': 'Input should be a valid list', 'input': 'oops'}\n",
+        "type": "internal_server_error", "param": None, "code": None}}, status=500))
+    model = ResilientModel(make_model("openai", server), FAST)
+    with pytest.raises(ProviderRequestError, match="validation error"):
+        chat(model, tools=[READ_FILE])
+    assert len(server.requests) == 1
+    server.push(Reply.error(500, "llama_decode returned -3"), Reply.ok("recovered"))  # a real crash: retried
+    assert chat(ResilientModel(make_model("openai", server), FAST)).text == "recovered"
+
+
+def test_a_single_tool_call_in_both_fields_is_read_once(server: WireServer) -> None:
+    """llama-cpp-python repeats a single call in the legacy ``function_call``: one call, not two."""
+    server.push(Reply.ok(tool_calls=[("run", {"command": "ls"})]))
+    response = chat(make_model("openai", server), tools=[RUN])
+    assert [(c.name, c.arguments, c.origin) for c in response.tool_calls] == [("run", {"command": "ls"}, "native")]

@@ -8,7 +8,10 @@ tests exercise their request encoding, status handling and response parsing:
         ...
         server.requests  # every request body received, parsed
 
-``POST /v1/chat/completions`` answers in the OpenAI shape and ``POST
+``POST /v1/chat/completions`` answers in the OpenAI shape, as
+llama-cpp-python's server sends it (``tests/models/test_openai_real_server.py``
+compares the two: a single tool call repeated in the legacy ``function_call``,
+500s typed ``internal_server_error``, no ``Retry-After``), and ``POST
 /v1/messages`` in the Anthropic shape. Planned replies are served in order
 from one queue (whichever endpoint is called); once the queue is empty the
 server answers with its ``default`` reply. :meth:`WireServer.flaky` makes it
@@ -104,6 +107,8 @@ class RecordedRequest:
 
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
                 429: "rate_limit_error", 500: "api_error", 529: "overloaded_error"}
+# llama-cpp-python's server names its 500s so (and answers a request body it cannot validate with one)
+_OPENAI_ERROR_TYPES = {**_ERROR_TYPES, 500: "internal_server_error"}
 
 
 @dataclass
@@ -129,6 +134,8 @@ def _openai_body(reply: Reply, model: str, serial: int) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
     if calls:
         message["tool_calls"] = calls
+    if len(calls) == 1:  # llama-cpp-python's server repeats a single call in the legacy field
+        message["function_call"] = calls[0]["function"]
     tokens_in, tokens_out = reply.usage
     return {
         "id": f"chatcmpl-{serial}", "object": "chat.completion", "created": int(time.time()), "model": model,
@@ -152,9 +159,9 @@ def _anthropic_body(reply: Reply, model: str, serial: int) -> dict[str, Any]:
 
 def _error_body(path: str, status: int, message: str, code: str | None = None,
                 param: str | None = None) -> dict[str, Any]:
-    kind = _ERROR_TYPES.get(status, "api_error")
     if path == ANTHROPIC_PATH:
-        return {"type": "error", "error": {"type": kind, "message": message}}
+        return {"type": "error", "error": {"type": _ERROR_TYPES.get(status, "api_error"), "message": message}}
+    kind = _OPENAI_ERROR_TYPES.get(status, "api_error")
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
