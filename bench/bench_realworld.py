@@ -100,7 +100,7 @@ def in_process_verdict(library: Library) -> str:
     details = verdict.details
     if verdict.status == "pass":
         return f"pass {details.get('passed')}/{details.get('total')}"
-    hacks = ",".join(h.get("code", "?") for h in details.get("hacks", []))
+    hacks = ", ".join(sorted({h.get("code", "?") for h in details.get("hacks", [])}))
     why = f"hack: {hacks}" if hacks else details.get("reason") or f"exit {details.get('exit_code')}"
     return f"{verdict.status} {details.get('passed', 0)}/{details.get('total', 0)} ({why})"
 
@@ -194,6 +194,8 @@ def markdown(results: list[dict], elapsed: float) -> str:
         lines += [f"### {r['name']} {r['version']}: {r['isolated_passed']}{continuing(r)}/{r['tests']} "
                   f"(exit {r['isolated_exit']}{'; ' + '; '.join(extra) if extra else ''})", "",
                   f"What its tests exercise: {r['patterns']}", ""]
+        if r["only_isolated"]:
+            lines.append(f"- tests only the isolated run has (first 5): {', '.join(r['only_isolated'])}")
         for key, count, node, example in r["causes"]:
             example = " ".join(example.split())[:300]
             lines.append(f"- **{count}** × `{key}`  \n  e.g. `{node}`: {example}")
