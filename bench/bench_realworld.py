@@ -110,6 +110,7 @@ def compare(library: Library, folder: Path, verifier: TestsVerifier, in_process:
     bare = bare_pytest({**library.source, **library.tests}, library.test_command, folder)
     payload, isolated_s = isolated_outcomes(library, verifier)
     verdict_passed = {n for n, o in (payload.get("outcomes") or {}).items() if o == "passed"} & bare.judged
+    verdict_exit = payload.get("exit")
     if payload.get("collection_errors"):
         # pytest runs nothing once a file fails to collect: run the files that do collect, for their causes
         payload, _ = isolated_outcomes(library, verifier, ("--continue-on-collection-errors",))
@@ -145,7 +146,7 @@ def compare(library: Library, folder: Path, verifier: TestsVerifier, in_process:
             "bare_passed": len(bare.passed), "isolated_passed": len(verdict_passed),
             "isolated_passed_continuing": len(passed_isolated & bare.judged),
             "bare_s": round(bare.seconds, 2), "isolated_s": round(isolated_s, 2),
-            "isolated_exit": payload.get("exit"), "timed_out": bool(payload.get("timed_out")),
+            "isolated_exit": verdict_exit, "timed_out": bool(payload.get("timed_out")),
             "solution_error": payload.get("solution_error"), "other_differences": different[:10],
             "only_isolated": sorted(only_isolated)[:5],
             "in_process": in_process_verdict(library) if in_process else None,
