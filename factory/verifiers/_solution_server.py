@@ -63,7 +63,7 @@ if __name__ != "__main__":  # imported on the host (tests); in the sandbox _wire
         write_back,
     )
 
-__all__ = ["SolutionServer", "TrustedObject", "serve"]
+__all__ = ["SolutionServer", "TrustedFunction", "TrustedObject", "serve"]
 
 _RELAY_LIMIT = 1 << 20  # bytes of output relayed with one message
 _LIVE = (list, dict, set, bytearray)
@@ -164,7 +164,7 @@ class TrustedObject:
         return self._op("str")
 
     def __eq__(self, other):
-        return type(other) is TrustedObject and object.__getattribute__(other, "_key") == \
+        return isinstance(other, TrustedObject) and object.__getattribute__(other, "_key") == \
             object.__getattribute__(self, "_key")
 
     def __hash__(self):
@@ -177,6 +177,15 @@ class TrustedObject:
     @property
     def __module__(self):
         return self._op("getattr", name="__module__")
+
+
+class TrustedFunction(TrustedObject):
+    """A function of the test: set on a class of the solution (monkeypatch), it binds like a method."""
+
+    __slots__ = ()
+
+    def __get__(self, obj, objtype=None):
+        return self if obj is None else types.MethodType(self, obj)
 
 
 class _LogRelay(logging.Handler):
@@ -313,7 +322,7 @@ class SolutionServer(Endpoint):
     def objects_of(self, value, nested):
         """Value objects of the solution as snapshots; the test's handles and builtins by name."""
         kind = type(value)
-        if kind is TrustedObject:
+        if kind is TrustedObject or kind is TrustedFunction:
             return {"rh": object.__getattribute__(value, "_key")}
         if isinstance(value, enum.Enum) and isinstance(kind, enum.EnumMeta):
             # The member's own handle too: where the trusted side cannot rebuild the class, it keeps a handle.
@@ -365,7 +374,8 @@ class SolutionServer(Endpoint):
     def trusted_proxy(self, data):
         key = data["rh"]
         if key not in self.trusted:
-            self.trusted[key] = TrustedObject(self, key, data.get("k"), data.get("name"))
+            kind = TrustedFunction if data.get("k") == "function" else TrustedObject
+            self.trusted[key] = kind(self, key, data.get("k"), data.get("name"))
         return self.trusted[key]
 
     def value(self, data, refs=None):
@@ -486,6 +496,11 @@ class SolutionServer(Endpoint):
             return getattr(operator, request["name"])(target)
         if op == "dir":
             return sorted(str(name) for name in dir(target))
+        if op == "owndict":  # a module's or class's own namespace: one entry, or its names
+            namespace = vars(target)
+            if request.get("name") is None:
+                return sorted(str(name) for name in namespace)
+            return namespace[request["name"]]
         raise WireError(f"unknown operation {op!r}")
 
     def serve_one(self, request):

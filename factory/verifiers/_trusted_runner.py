@@ -3,10 +3,12 @@
 Sent as source (after :mod:`._wire`) to ``python -I -B -c`` in the *trusted*
 sandbox, which holds the task's tests (visible and hidden) and its pristine
 non-Python files, and not one file the agent wrote. It connects to the
-solution server's socket, then installs an import hook, last on
-``sys.meta_path``, for the solution's top-level module names: anything the
-trusted side can import itself (the standard library, pytest, the tests'
-own helpers) is never proxied, so a solution file cannot shadow them.
+solution server's socket, then installs an import hook on ``sys.meta_path``
+(just before the path finder) for the solution's top-level module names:
+anything the trusted side can import itself (the standard library, pytest,
+the tests' own helpers) is never proxied, so a solution file cannot shadow
+them; only a namespace package (a directory without ``__init__.py``) gives
+way to the solution's module, as it would in-process.
 
 An imported solution module is a :class:`RemoteModule`; what its attributes
 and calls return is plain data (rebuilt here as builtins), a value object
@@ -428,7 +430,8 @@ class SolutionClient(Endpoint):
         if key is None:
             key = self.export_ids[id(value)] = len(self.exported) + 1
             self.exported[key] = value
-        kind = "class" if isinstance(value, type) else "callable" if callable(value) else "object"
+        kind = ("class" if isinstance(value, type) else "function" if isinstance(value, types.FunctionType)
+                else "callable" if callable(value) else "object")
         return {"rh": key, "k": kind, "name": _safe_name(getattr(type(value), "__name__", "object"))}
 
     def exception(self, info):
@@ -975,6 +978,30 @@ for _name in ("neg", "pos", "abs", "invert"):
     setattr(RemoteObject, f"__{_name}__", _unary(_name))
 
 
+class _RemoteNamespace(collections.abc.Mapping):
+    """A solution module's attributes as a read-only mapping; each read asks the solution's process."""
+
+    def __init__(self, target):
+        self._module = target
+
+    def __getitem__(self, name):
+        if type(name) is not str:
+            raise KeyError(name)
+        target = self._module
+        try:
+            return target._factory_client.request("owndict", h=target._factory_handle_of(), name=name)
+        except (KeyError, AttributeError):
+            raise KeyError(name) from None
+
+    def __iter__(self):
+        target = self._module
+        names = target._factory_client.request("owndict", h=target._factory_handle_of(), name=None)
+        return iter([n for n in names if type(n) is str] if type(names) is list else [])
+
+    def __len__(self):
+        return sum(1 for _ in self)
+
+
 class RemoteModule(types.ModuleType):
     """A solution module: attribute reads and writes go to the solution's process."""
 
@@ -990,6 +1017,12 @@ class RemoteModule(types.ModuleType):
 
     def _factory_handle_of(self):
         return {"h": object.__getattribute__(self, "_factory_key")}
+
+    @property
+    def __dict__(self):
+        # The solution module's namespace (``vars(module)``, and monkeypatch, which reads the old value from
+        # it to restore it): reads go to the solution's process.
+        return _RemoteNamespace(self)
 
     def __getattr__(self, name):
         client = object.__getattribute__(self, "_factory_client")
@@ -1050,6 +1083,11 @@ class RemoteClass(type):
             return False
         return cls._factory_client.request("issubclass", h={"h": key}, cls={"h": cls._factory_key}) is True
 
+    @property
+    def __dict__(cls):
+        # The solution class's own namespace (monkeypatch reads the old value from it to restore it).
+        return _RemoteNamespace(cls)
+
     def __setattr__(cls, name, value):
         if name.startswith(("_factory_", "__")):
             type.__setattr__(cls, name, value)
@@ -1101,6 +1139,13 @@ class SolutionFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def find_spec(self, fullname, path=None, target=None):
         if fullname.split(".")[0] not in self.names:
             return None
+        if "." not in fullname:
+            # What the trusted side can import itself wins (pytest, the tests' helpers), except a namespace
+            # package (a directory without __init__.py somewhere on its path): in-process, the solution's own
+            # module, first on the path, would win over that.
+            own = importlib.machinery.PathFinder.find_spec(fullname)
+            if own is not None and own.origin is not None:
+                return None
         try:
             module = self.client.request("import", name=fullname)
         except ModuleNotFoundError:
@@ -1240,7 +1285,11 @@ def run_tests(settings):
     except OSError as exc:  # no agent code has run yet: this is the infrastructure's failure
         return {"infra_error": f"cannot reach the solution's process: {exc}"}
     client = SolutionClient(Channel(sock), settings.get("call_timeout", 60))
-    sys.meta_path.append(SolutionFinder(client, settings["modules"]))
+    finder = SolutionFinder(client, settings["modules"])
+    # Just before the path finder: after the builtin and frozen importers, ahead of namespace packages.
+    path_finder = next((i for i, f in enumerate(sys.meta_path) if f is importlib.machinery.PathFinder),
+                       len(sys.meta_path))
+    sys.meta_path.insert(path_finder, finder)
 
     import pytest
 

@@ -189,6 +189,14 @@ HONEST = {
 
         def level():
             return SETTINGS["level"]
+
+        class Clock:
+            def now(self):
+                return 1
+
+            @staticmethod
+            def zone():
+                return "UTC"
         """,
         """
         import datetime
@@ -217,6 +225,15 @@ HONEST = {
             assert lib.stamp() == "T2020-01-01T00:00:00"
             monkeypatch.setitem(lib.SETTINGS, "level", 5)
             assert lib.level() == 5
+
+        def test_monkeypatch_a_class(monkeypatch):
+            monkeypatch.setattr(lib.Clock, "now", lambda self: 2)
+            monkeypatch.setattr(lib.Clock, "zone", staticmethod(lambda: "CET"))
+            assert lib.Clock().now() == 2 and lib.Clock.zone() == "CET"
+
+        def test_class_restored_after_monkeypatch():
+            assert lib.Clock().now() == 1 and lib.Clock.zone() == "UTC"
+            assert vars(lib)["level"] is not None and "Clock" in vars(lib)
         """),
     "decorators-from-the-solution": (
         """
