@@ -20,7 +20,7 @@ LLAMA_CMAKE_portable := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FM
 LLAMA_CMAKE_native := -DGGML_NATIVE=ON -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF
 LLAMA_WHEELS := .cache/wheels/llama-cpp-python-$(LLAMA_CPP_VERSION)-$(LLAMA_BUILD)
 
-.PHONY: llama-wheel setup system-deps docker-engine docker-image demo test coverage bench lint clean
+.PHONY: llama-wheel bench-engine setup system-deps docker-engine docker-image demo test coverage bench lint clean
 
 setup: system-deps $(VENV)/.installed
 
@@ -89,6 +89,11 @@ bench: setup
 	$(PY) bench/bench_memory.py
 	$(PY) bench/bench_export.py
 	$(PY) bench/bench_train.py
+
+## The embedded engine's portable build against a native one (builds the native wheel once, ~7 minutes).
+bench-engine: setup
+	$(MAKE) --no-print-directory llama-wheel LLAMA_BUILD=native
+	$(PY) bench/bench_engine.py
 
 lint: setup
 	$(VENV)/bin/ruff check factory tests bench

@@ -284,7 +284,7 @@ def _fail(future: asyncio.Future[Any], error: BaseException) -> None:
 
 def _rebuilt_error(error: dict[str, Any]) -> ModelError:
     """The child's model error, as the same class of the ``factory.errors`` tree where there is one."""
-    from factory import errors
+    import factory.errors as errors
 
     cls = getattr(errors, str(error.get("type", "")), None)
     message = str(error.get("message") or "the engine failed")
