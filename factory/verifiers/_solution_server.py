@@ -38,6 +38,7 @@ from __future__ import annotations
 import builtins
 import collections
 import dataclasses
+import datetime
 import enum
 import io
 import keyword
@@ -335,10 +336,24 @@ class SolutionServer(Endpoint):
             return {"dc": [self.handle_of(value), self.handle_of(kind), kind.__name__,
                            [[name, nested(getattr(value, name))] for name in fields],
                            bool(params.order), bool(params.frozen)]}
+        if isinstance(value, datetime.tzinfo):
+            return self.zone_of(value)
         if kind in (type, types.BuiltinFunctionType) and getattr(builtins, getattr(value, "__name__", ""),
                                                                   None) is value:
             return {"bi": value.__name__}
         return None
+
+    def zone_of(self, zone):
+        """A time zone class of the solution with a fixed offset, as ``{"tzo": [...]}`` (None: a handle)."""
+        try:
+            offset, name, dst = zone.utcoffset(None), zone.tzname(None), zone.dst(None)
+        except Exception:
+            return None
+        if type(offset) is not datetime.timedelta or (dst is not None and type(dst) is not datetime.timedelta):
+            return None
+        triple = [offset.days, offset.seconds, offset.microseconds]
+        return {"tzo": [self.handle_of(zone), triple, str(name)[:60] if name is not None else None,
+                        [dst.days, dst.seconds, dst.microseconds] if dst is not None else None]}
 
     def objects_from(self, tag, body, nested):
         """The side tags the trusted side sends: namedtuples, enum members, builtins and modules by name."""

@@ -68,6 +68,7 @@ from __future__ import annotations
 import builtins
 import collections
 import collections.abc
+import datetime
 import enum
 import functools
 import importlib.abc
@@ -239,6 +240,7 @@ class SolutionClient(Endpoint):
         self.raised = {}  # token -> exception the test's code raised into the solution
         self.namedtuples = {}
         self.snapshot_classes = {}
+        self.zones = {}
         self.base_env = dict(os.environ)
         self.sent_env = None
         self.sent_cwd = None
@@ -391,6 +393,8 @@ class SolutionClient(Endpoint):
             return self.namedtuple(body, nested)
         if tag == "dc":
             return _snapshot(self, body, nested)
+        if tag == "tzo":
+            return self.zone(body)
         if tag == "en":
             if type(body) is not list or len(body) != 4 or type(body[1]) is not str:
                 raise WireError("malformed enum member")
@@ -402,6 +406,27 @@ class SolutionClient(Endpoint):
                     pass
             return self.proxy(body[3])
         raise WireError(f"the solution cannot send {tag!r}")
+
+    def zone(self, body):
+        """A fixed-offset time zone of the solution, one object per solution object (``is`` holds)."""
+        if type(body) is not list or len(body) != 4:
+            raise WireError("malformed time zone")
+        handle, offset, name, dst = body
+        try:
+            key = int(handle["h"])
+        except (KeyError, TypeError, ValueError):
+            raise WireError("malformed time zone") from None
+        if key not in self.zones:
+            def delta(triple):
+                if type(triple) is not list or len(triple) != 3 or any(type(x) is not int for x in triple):
+                    raise WireError("malformed time zone offset")
+                value = datetime.timedelta(days=triple[0], seconds=triple[1], microseconds=triple[2])
+                if abs(value) >= datetime.timedelta(days=1):
+                    raise WireError("time zone offset out of range")
+                return value
+            self.zones[key] = _SolutionZone(key, delta(offset), str(name)[:60] if name is not None else None,
+                                            delta(dst) if dst is not None else None)
+        return self.zones[key]
 
     def namedtuple(self, body, nested):
         handle, name, fields, values = body
@@ -593,6 +618,29 @@ def _builtin_exception_name(cls):
         if getattr(builtins, base.__name__, None) is base and issubclass(base, Exception):
             return base.__name__
     return "Exception"
+
+
+class _SolutionZone(datetime.tzinfo):
+    """A time zone object of the solution with a fixed offset: its offset, name and DST as it answered them;
+    passed back, it is the solution's own object again."""
+
+    def __init__(self, key, offset, name, dst):
+        self._factory_key, self._offset, self._name, self._dst = key, offset, name, dst
+
+    def _factory_handle_of(self):
+        return {"h": self._factory_key}
+
+    def utcoffset(self, dt):
+        return self._offset
+
+    def dst(self, dt):
+        return self._dst
+
+    def tzname(self, dt):
+        return self._name
+
+    def __repr__(self):
+        return f"<solution time zone {self._name or self._offset}>"
 
 
 class _Snapshot:
@@ -978,6 +1026,12 @@ for _name in ("neg", "pos", "abs", "invert"):
     setattr(RemoteObject, f"__{_name}__", _unary(_name))
 
 
+#: Module attributes the import system, pickle and inspect look up on any module: answered here (missing).
+_MODULE_PROBES = frozenset({"__path__", "__spec__", "__loader__", "__file__", "__cached__", "__builtins__",
+                            "__wrapped__", "__signature__", "__getattr__", "__dir__", "__class_getitem__",
+                            "__reduce__", "__reduce_ex__", "__getstate__", "__origin__", "__set_name__"})
+
+
 class _RemoteNamespace(collections.abc.Mapping):
     """A solution module's attributes as a read-only mapping; each read asks the solution's process."""
 
@@ -1031,8 +1085,9 @@ class RemoteModule(types.ModuleType):
                 return client.request("getattr", h=self._factory_handle_of(), name=name)
             except AttributeError:
                 return [n for n in self.__dir__() if not n.startswith("_")]
-        if name.startswith("__") and name.endswith("__"):
+        if name in _MODULE_PROBES:  # what the import system and inspect ask of any module: not forwarded
             raise AttributeError(name)
+        # Dunders too (``__version__``, ``__author__``): a module's attributes are plain data or handles here.
         return _probe(lambda: client.request("getattr", h=self._factory_handle_of(), name=name), name)
 
     def __setattr__(self, name, value):

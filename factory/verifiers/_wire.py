@@ -15,7 +15,8 @@ Frames are a 4-byte big-endian length and a UTF-8 JSON body, at most
 - *value objects* of the standard library, rebuilt by the receiver from
   their fields with its own classes: ``datetime``/``date``/``time``/
   ``timedelta`` (subclasses cross as the base class), ``Decimal``,
-  ``Fraction``, pure and concrete paths, and dict views;
+  ``Fraction``, pure and concrete paths, slices, fixed-offset and IANA time
+  zones, and dict views;
 - *handles*: ``{"h": id, ...}`` for an object that stays in the solution's
   process, ``{"rh": id, ...}`` for one that stays in the trusted process;
 - each side's own value tags (``objects``: namedtuples, dataclass and enum
@@ -64,7 +65,7 @@ _MUTABLE = (list, dict, set, bytearray)
 #: Handle keys: an object of the solution ("h") or of the trusted side ("rh").
 HANDLE_KEYS = ("h", "rh")
 #: Tags only a side's own ``objects`` hook decodes.
-SIDE_TAGS = frozenset({"nt", "dc", "en", "bi", "mod"})
+SIDE_TAGS = frozenset({"nt", "dc", "en", "bi", "mod", "tzo"})
 _PATHS = {"pp": pathlib.PurePosixPath, "pw": pathlib.PureWindowsPath, "cp": pathlib.PosixPath}
 _ZONE_KEY = re.compile(r"^[A-Za-z0-9_+\-]+(/[A-Za-z0-9_+\-]+)*$")
 _KEYS_VIEW, _VALUES_VIEW, _ITEMS_VIEW = type({}.keys()), type({}.values()), type({}.items())
@@ -92,24 +93,50 @@ class Refs:
         return len(self.objects) - 1
 
 
-def _encode_tz(tz, value):
+def _is_zone(tz):
+    key = getattr(tz, "key", None)
+    return (type(tz).__module__ == "zoneinfo" and type(key) is str and bool(_ZONE_KEY.match(key))
+            and ".." not in key and len(key) < 100)
+
+
+def _encode_tz(tz, value, nested=None):
     if tz is None:
         return None
-    key = getattr(tz, "key", None)
-    if type(key) is str and _ZONE_KEY.match(key) and ".." not in key and len(key) < 100:
-        return {"zone": key}
-    offset = tz.utcoffset(value if isinstance(value, datetime.datetime) else None)
-    if offset is None:
+    if _is_zone(tz):
+        return {"zone": tz.key}
+    if nested is not None and type(tz) is not datetime.timezone:
+        # A time zone class of the solution: its own snapshot, or going back, its handle (never a copy that
+        # loses what it is); a zone no side can describe falls back to its offset.
+        handle_of = getattr(type(tz), "_factory_handle_of", None)
+        if handle_of is not None:
+            return {"obj": handle_of(tz)}
+        own = nested(tz)
+        if type(own) is dict and "tzo" in own:
+            return {"obj": own}
+    moment = value if isinstance(value, datetime.datetime) else None
+    try:
+        offset = tz.utcoffset(moment)
+    except Exception:  # a zone that cannot say: the value crosses naive
         return None
-    name = tz.tzname(value if isinstance(value, datetime.datetime) else None)
+    if type(offset) is not datetime.timedelta:
+        return None
+    try:
+        name = tz.tzname(moment)
+    except Exception:
+        name = None
     return {"off": [offset.days, offset.seconds, offset.microseconds], "name": str(name)[:60] if name else None}
 
 
-def _decode_tz(data):
+def _decode_tz(data, nested=None):
     if data is None:
         return None
     if type(data) is not dict:
         raise WireError("malformed time zone")
+    if "obj" in data:
+        zone = nested(data["obj"]) if nested is not None else None
+        if not isinstance(zone, datetime.tzinfo):
+            raise WireError("malformed time zone object")
+        return zone
     if "zone" in data:
         key = data["zone"]
         if type(key) is not str or not _ZONE_KEY.match(key) or ".." in key or len(key) >= 100:
@@ -128,16 +155,18 @@ def _decode_tz(data):
     return datetime.timezone(offset, str(name)[:60]) if type(name) is str else datetime.timezone(offset)
 
 
-def _encode_standard_value(value):
+def _encode_standard_value(value, nested=None):
     """The tagged form of a standard-library value object, or None if ``value`` is not one."""
     if isinstance(value, datetime.datetime):
         return {"dt": [value.year, value.month, value.day, value.hour, value.minute, value.second,
-                       value.microsecond, value.fold, _encode_tz(value.tzinfo, value)]}
+                       value.microsecond, value.fold, _encode_tz(value.tzinfo, value, nested)]}
     if isinstance(value, datetime.date):
         return {"da": [value.year, value.month, value.day]}
     if isinstance(value, datetime.time):
         return {"tm": [value.hour, value.minute, value.second, value.microsecond, value.fold,
-                       _encode_tz(value.tzinfo, None)]}
+                       _encode_tz(value.tzinfo, None, nested)]}
+    if type(value) is datetime.timezone or (isinstance(value, datetime.tzinfo) and _is_zone(value)):
+        return {"tz": _encode_tz(value, None)}
     if isinstance(value, datetime.timedelta):
         return {"td": [value.days, value.seconds, value.microseconds]}
     if isinstance(value, decimal.Decimal):
@@ -201,10 +230,12 @@ def encode_value(value, handle_of, depth=0, refs=None, record=False, objects=Non
             return {"m": [index, _encode_container(value, kind, nested)]}
     if kind in _CONTAINERS or kind is dict or kind is bytearray:
         return _encode_container(value, kind, nested)
+    if kind is slice:
+        return {"sl": [nested(value.start), nested(value.stop), nested(value.step)]}
     if kind in (_KEYS_VIEW, _VALUES_VIEW, _ITEMS_VIEW):
         tag = {_KEYS_VIEW: "dk", _VALUES_VIEW: "dv", _ITEMS_VIEW: "di"}[kind]
         return {tag: [nested(item) for item in value]}
-    standard = _encode_standard_value(value)
+    standard = _encode_standard_value(value, nested)
     if standard is not None:
         return standard
     if objects is not None:
@@ -284,6 +315,10 @@ def decode_value(data, handle_from, depth=0, refs=None, objects=None):
             if refs is None or type(body) is not int or not 0 <= body < len(refs.objects):
                 raise WireError("malformed container reference")
             return refs.objects[body]
+        if tag == "sl":
+            if type(body) is not list or len(body) != 3:
+                raise WireError("malformed slice")
+            return slice(*(nested(item) for item in body))
         if tag in ("dk", "dv", "di"):
             if type(body) is not list:
                 raise WireError("malformed dict view")
@@ -295,12 +330,17 @@ def decode_value(data, handle_from, depth=0, refs=None, objects=None):
             return dict(enumerate(items)).values()
         if tag == "dt":
             y, mo, d, h, mi, s, us, fold = _ints(body, 8)
-            return datetime.datetime(y, mo, d, h, mi, s, us, tzinfo=_decode_tz(body[8]), fold=fold)
+            return datetime.datetime(y, mo, d, h, mi, s, us, tzinfo=_decode_tz(body[8], nested), fold=fold)
         if tag == "da":
             return datetime.date(*_ints(body, 3))
         if tag == "tm":
             h, mi, s, us, fold = _ints(body, 5)
-            return datetime.time(h, mi, s, us, tzinfo=_decode_tz(body[5]), fold=fold)
+            return datetime.time(h, mi, s, us, tzinfo=_decode_tz(body[5], nested), fold=fold)
+        if tag == "tz":
+            zone = _decode_tz(body)
+            if zone is None:
+                raise WireError("malformed time zone")
+            return zone
         if tag == "td":
             days, seconds, micros = _ints(body, 3)
             return datetime.timedelta(days=days, seconds=seconds, microseconds=micros)

@@ -359,6 +359,57 @@ HONEST = {
             assert v["price"] == decimal.Decimal("1.10") and v["third"] == fractions.Fraction(1, 3)
             assert v["path"] == pathlib.PurePosixPath("/data/a.txt")
         """),
+    "time-zones-and-slices": (
+        """
+        import datetime
+
+        class FixedOffset(datetime.tzinfo):
+            def __init__(self, hours, name):
+                self._offset, self._name = datetime.timedelta(hours=hours), name
+
+            def utcoffset(self, dt):
+                return self._offset
+
+            def tzname(self, dt):
+                return self._name
+
+            def dst(self, dt):
+                return datetime.timedelta(0)
+
+        UTC = FixedOffset(0, "UTC")
+        CET = FixedOffset(1, "CET")
+        __version__ = "1.2"
+
+        def parse(text):
+            return datetime.datetime.fromisoformat(text).replace(tzinfo=UTC)
+
+        def is_utc(zone):
+            return zone is UTC
+
+        def to_cet(moment):
+            return moment.astimezone(CET)
+
+        def part(items, where):
+            return items[where]
+        """,
+        """
+        import datetime
+        import pytest
+        import lib
+        from lib import CET, UTC, __version__
+
+        @pytest.mark.parametrize("text, expected",
+                                 [("2020-01-01T10:00", datetime.datetime(2020, 1, 1, 10, tzinfo=UTC))])
+        def test_the_solutions_time_zones(text, expected):
+            got = lib.parse(text)
+            assert got == expected and got.tzinfo is UTC and lib.is_utc(got.tzinfo)
+            converted = lib.to_cet(datetime.datetime(2020, 1, 1, 10, tzinfo=UTC))
+            assert converted.hour == 11 and converted.tzinfo is CET and converted.tzname() == "CET"
+
+        def test_slices_and_module_dunders():
+            assert lib.part([1, 2, 3, 4], slice(1, None, 2)) == [2, 4]
+            assert __version__ == "1.2"
+        """),
     "iterators-generators-views-context-managers": (
         """
         def countdown(n):

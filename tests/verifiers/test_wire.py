@@ -139,7 +139,7 @@ def test_channel_reports_a_closed_peer():
     datetime.datetime(2021, 5, 4, tzinfo=datetime.timezone(datetime.timedelta(hours=-3), "BRT")),
     datetime.date(2020, 2, 29), datetime.time(1, 2, 3, 4), datetime.timedelta(days=-1, seconds=5),
     decimal.Decimal("1.10"), decimal.Decimal("-Infinity"), fractions.Fraction(-1, 3), pathlib.PurePosixPath("/a/b"),
-    pathlib.Path("rel/x.txt"), pathlib.PureWindowsPath(r"C:\\x"),
+    pathlib.Path("rel/x.txt"), pathlib.PureWindowsPath(r"C:\\x"), slice(1, None, -2), slice("a", 2.5),
 ])
 def test_standard_value_objects_are_rebuilt_with_the_receivers_classes(value):
     back, handles = roundtrip(value)
