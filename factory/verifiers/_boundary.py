@@ -61,6 +61,8 @@ BOUNDARY_DIR = ".factory-boundary"
 SETTINGS_NAME = "settings.json"
 #: Interpreter options that take a value (``-W error``, ``-X dev``).
 _OPTIONS_WITH_VALUE = frozenset({"-W", "-X", "--check-hash-based-pycs"})
+#: Environment variables of pytest's own, never relayed to a solution program.
+_PYTEST_ENV = ("PYTEST_", "_PYTEST")
 
 
 def _connect(path, deadline):
@@ -116,7 +118,9 @@ def program_argv(orig_argv, cwd, workspace, programs, modules):
 def _relay(settings, argv, bootstrap):
     """Run ``argv`` with the solution's interpreter, in the solution sandbox; exit as the program did."""
     sock = _connect(settings["socket"], time.monotonic() + settings.get("connect_timeout", 30))
-    env = dict(os.environ)
+    # Never pytest's own variables: PYTEST_CURRENT_TEST names the running test and its parameters (an answer
+    # key), as the import boundary's environment relay never carries them either.
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith(_PYTEST_ENV)}
     paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and os.path.abspath(p) != bootstrap]
     if paths:
         env["PYTHONPATH"] = os.pathsep.join(paths)

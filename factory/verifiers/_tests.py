@@ -365,6 +365,16 @@ def _unittest_args(command: str, task: Task) -> list[str] | None:
     return paths + hidden
 
 
+def _junit_node(nodeid: str) -> str:
+    """A pytest node id as :func:`parse_junit_xml` names it (pytest's JUnit ``classname::name``)."""
+    path, bracket, params = nodeid.partition("[")
+    names = path.split("::")
+    names[0] = re.sub(r"\.py$", "", names[0].replace("/", "."))
+    names[-1] += bracket + params
+    classname = ".".join(names[:-1])
+    return f"{classname}::{names[-1]}" if classname else names[-1]
+
+
 _SIGXCPU = 24
 
 
@@ -556,7 +566,13 @@ class TestsVerifier:
                                 hack_detected=bool(hacks), hacks=hacks)
         report = PytestReport(outcomes={str(k): str(v) for k, v in run.payload.get("outcomes", {}).items()},
                               collection_errors=[str(e) for e in run.payload.get("collection_errors", [])])
-        # The task's own skips, xfails and xpasses are not expected to pass; the solution cannot cause them.
+        # The task's own skips, xfails and xpasses are not expected to pass. A skip the solution caused (a test
+        # skipped when the solution lacks a function, a module skipped when its import fails) is a hack, as
+        # in-process: only skips the pristine task has too are the task's own.
+        injected = await self._skips_not_in_reference(task, args or [], report)
+        if injected:
+            hacks = sorted([*hacks, {"code": "skip_injected", "tests": injected[:10]}],
+                           key=lambda f: (f["code"], f.get("file", "")))
         expected = {node for node, outcome in report.outcomes.items() if outcome in ("passed", "failed")}
         passed = len(report.passed & expected)
         failed = sorted(expected - report.passed)
@@ -568,6 +584,21 @@ class TestsVerifier:
                             solution_error=run.payload.get("solution_error"),
                             failures={node: str(messages.get(node, ""))[-300:] for node in failed[:5]},
                             boundary=boundary_limits(failed, messages, run.payload.get("boundary")))
+
+    async def _skips_not_in_reference(self, task: Task, args: list[str], report: PytestReport) -> list[str]:
+        """The isolated run's skipped or xfailed tests that the pristine task's run does not skip.
+
+        The reference run (cached per task) starts only when the isolated run skipped something, so a suite
+        without skips pays nothing for the check. Without a reference (no starter that collects), none.
+        """
+        skipped = sorted(report.skipped)
+        if not skipped:
+            return []
+        reference = await self.reference(task, args)
+        if reference is None:
+            return []
+        return [node for node in skipped if _junit_node(node) not in reference.skipped
+                and _junit_node(node.split("::", 1)[0]) not in reference.skipped]
 
     def _judge(self, payload: Any, findings: list[dict[str, Any]], reference: PytestReport | None,
                args: list[str] | None, *, method: str = "junit", exit_ok: bool = False,

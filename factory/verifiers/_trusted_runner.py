@@ -155,17 +155,31 @@ def _safe_name(text, default="SolutionObject"):
 _NAN = {"current": None, "received": set(), "checked": set()}
 
 
+_VIEWS = (type({}.keys()), type({}.values()), type({}.items()))
+
+
 def _has_nan(value, depth=0):
+    """Whether a NaN is in ``value``: plain containers, namedtuples, dataclass snapshots, live containers and
+    dict views too (read with the base types' own methods: nothing is asked of the solution)."""
     kind = type(value)
     if kind is float:
         return value != value
     if kind is complex:
         return value.real != value.real or value.imag != value.imag
-    if depth < 50 and kind in (list, tuple, set, frozenset):
-        return any(_has_nan(item, depth + 1) for item in value)
-    if depth < 50 and kind is dict:
-        return any(_has_nan(k, depth + 1) or _has_nan(v, depth + 1) for k, v in value.items())
-    return False
+    if depth >= 50:
+        return False
+    if isinstance(value, _Snapshot):
+        items = [item for _, item in object.__getattribute__(value, "_factory_fields")]
+    elif isinstance(value, dict):
+        items = [part for pair in dict.items(value) for part in pair]
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        base = next(b for b in (list, tuple, set, frozenset) if isinstance(value, b))
+        items = list(base.__iter__(value))
+    elif kind in _VIEWS:
+        items = [part for item in value for part in (item if kind is _VIEWS[2] else (item,))]
+    else:
+        return False
+    return any(_has_nan(item, depth + 1) for item in items)
 
 
 def _watch_nan_checks(pytest):
@@ -766,6 +780,10 @@ def _remote_enum(client, key, name, members):
         cls = enum.Enum(name, pairs, type=str) if members.get("base") == "str" else base(name, pairs)
     except BaseException:  # values that cannot be compared or hashed here: the class stays a handle
         return None
+    if any(cls[name].name != name for name in cls.__members__):
+        # Aliases (members of equal value are one member): the values are the solution's word, so a solution
+        # could list every member with one value and make RED == GREEN here. The class stays a handle.
+        return None
     cls._factory_key = key
     cls._factory_handle_of = lambda self_or_cls=None: {"h": key}
     return cls
@@ -1082,9 +1100,18 @@ class RemoteModule(types.ModuleType):
         client = object.__getattribute__(self, "_factory_client")
         if name == "__all__":  # `from solution import *`
             try:
-                return client.request("getattr", h=self._factory_handle_of(), name=name)
+                names = client.request("getattr", h=self._factory_handle_of(), name=name)
             except AttributeError:
-                return [n for n in self.__dir__() if not n.startswith("_")]
+                names = [n for n in self.__dir__() if not n.startswith("_")]
+            # A star import never rebinds a name the importing test module already has (``from math import
+            # isclose`` above it): the solution would swap the test's own checks for its answers.
+            try:
+                bound = sys._getframe(1).f_globals
+            except ValueError:
+                bound = {}
+            if isinstance(names, (list, tuple)):
+                return [n for n in names if type(n) is not str or n not in bound]
+            return names
         if name in _MODULE_PROBES:  # what the import system and inspect ask of any module: not forwarded
             raise AttributeError(name)
         # Dunders too (``__version__``, ``__author__``): a module's attributes are plain data or handles here.
@@ -1234,6 +1261,11 @@ class _Outcomes:
             self.collection_errors.append(report.nodeid)
             self.outcomes[report.nodeid or "<collection>"] = "failed"
             self.messages[report.nodeid or "<collection>"] = report.longreprtext[-600:]
+        elif report.skipped and report.nodeid:
+            # A module skipped as a whole (``pytest.skip(allow_module_level=True)`` when an import of the
+            # solution fails): its tests must not vanish unseen (the verifier compares skips with the
+            # pristine task's).
+            self.outcomes[report.nodeid] = "skipped"
 
     def pytest_runtest_setup(self, item):
         _NAN["current"] = item.nodeid
