@@ -46,15 +46,17 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+import types
 
 if __name__ != "__main__":  # imported on the host (tests); in the sandbox the sources precede this
     from factory.verifiers._program_server import read_stream_frame, write_stream_frame
-    from factory.verifiers._trusted_runner import SolutionClient, SolutionFinder
+    from factory.verifiers._trusted_runner import _NAN, SolutionClient, SolutionFinder
     from factory.verifiers._wire import Channel
 
-__all__ = ["BOUNDARY_DIR", "SETTINGS_NAME", "guard_scratch", "install", "launch", "program_argv"]
+__all__ = ["BOUNDARY_DIR", "FINDINGS_ENV", "SETTINGS_NAME", "guard_scratch", "install", "launch", "program_argv"]
 
 #: The bootstrap's folder, relative to the trusted workspace.
 BOUNDARY_DIR = ".factory-boundary"
@@ -63,6 +65,12 @@ SETTINGS_NAME = "settings.json"
 _OPTIONS_WITH_VALUE = frozenset({"-W", "-X", "--check-hash-based-pycs"})
 #: Environment variables of pytest's own, never relayed to a solution program.
 _PYTEST_ENV = ("PYTEST_", "_PYTEST")
+#: Names the file (private to the trusted sandbox) where each trusted Python process of a command that is not
+#: pytest records what its exit status cannot say: a NaN from the solution it never checked, the tests it
+#: skipped. The launcher reports them with the exit status.
+FINDINGS_ENV = "FACTORY_BOUNDARY_FINDINGS"
+_FINDINGS = {"path": None}
+_PLUGIN_NAME = "_factory_boundary_checks"
 
 
 def _connect(path, deadline):
@@ -219,6 +227,111 @@ def guard_scratch(scratch):
     sys.addaudithook(audit)
 
 
+def _finding(entry):
+    """Append one finding (``{"nan": test}`` or ``{"skip": test}``) to this command's findings file."""
+    path = _FINDINGS["path"]
+    if not path:
+        return
+    try:
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(entry) + "\n")
+    except (OSError, TypeError, ValueError):
+        pass
+
+
+def _report_unchecked_nans():
+    for test in sorted(_NAN["received"] - _NAN["checked"], key=str):
+        _finding({"nan": test})
+
+
+def _record_checks():
+    """Record, in this process, what the launcher needs besides the exit status (see :data:`FINDINGS_ENV`).
+
+    NaNs received from the solution and never checked (``math.isnan``, ``cmath.isnan``,
+    ``pytest.approx(nan_ok=True)``), per test where pytest runs; tests skipped by unittest or pytest (a
+    plugin of ours, named in ``PYTEST_PLUGINS``: plugin autoloading stays off).
+    """
+    import atexit
+    import cmath
+    import math
+
+    def checked(function):
+        def wrapper(*args, **kwargs):
+            result = function(*args, **kwargs)
+            if result is True:
+                _NAN["checked"].add(_NAN["current"])
+            return result
+        return wrapper
+
+    math.isnan = checked(math.isnan)
+    cmath.isnan = checked(cmath.isnan)
+    atexit.register(_report_unchecked_nans)
+    import unittest.result
+
+    add_skip = unittest.result.TestResult.addSkip
+
+    def record_skip(result, test, reason):
+        try:
+            _finding({"skip": str(test.id())})
+        except Exception:  # noqa: BLE001 - a test whose id cannot be read is still skipped
+            _finding({"skip": repr(test)[:300]})
+        return add_skip(result, test, reason)
+
+    unittest.result.TestResult.addSkip = record_skip
+    start_test = unittest.result.TestResult.startTest
+
+    def record_start(result, test):
+        try:
+            _finding({"ran": str(test.id())})
+        except Exception:  # noqa: BLE001 - a test whose id cannot be read still runs
+            pass
+        return start_test(result, test)
+
+    unittest.result.TestResult.startTest = record_start
+    plugin = types.ModuleType(_PLUGIN_NAME)
+
+    original = os.environ.get("PYTEST_PLUGINS")
+
+    def pytest_configure(config):
+        import pytest
+
+        # Loaded: the processes the tests start (a python -I among them) must not look for it.
+        if original is None:
+            os.environ.pop("PYTEST_PLUGINS", None)
+        else:
+            os.environ["PYTEST_PLUGINS"] = original
+        approx = pytest.approx
+
+        def approx_watching(*args, **kwargs):
+            if kwargs.get("nan_ok"):
+                _NAN["checked"].add(_NAN["current"])
+            return approx(*args, **kwargs)
+
+        pytest.approx = approx_watching
+
+    def pytest_runtest_setup(item):
+        _NAN["current"] = item.nodeid
+
+    def pytest_runtest_logreport(report):
+        if report.when == "setup":
+            _finding({"ran": report.nodeid})
+        if report.skipped and report.when in ("setup", "call"):
+            _finding({"skip": report.nodeid})
+
+    def pytest_collectreport(report):
+        if report.nodeid and not report.passed:
+            _finding({"ran": report.nodeid})
+        if report.skipped and report.nodeid:
+            _finding({"skip": report.nodeid})
+
+    for hook in (pytest_configure, pytest_runtest_setup, pytest_runtest_logreport, pytest_collectreport):
+        setattr(plugin, hook.__name__, hook)
+    sys.modules[_PLUGIN_NAME] = plugin
+    named = [p for p in os.environ.get("PYTEST_PLUGINS", "").split(",") if p.strip()]
+    if _PLUGIN_NAME not in named:
+        os.environ["PYTEST_PLUGINS"] = ",".join([*named, _PLUGIN_NAME])
+
+
 def _load(bootstrap):
     with open(os.path.join(bootstrap, SETTINGS_NAME), encoding="utf-8") as handle:
         return json.load(handle)
@@ -235,6 +348,9 @@ def install(bootstrap):
                         frozenset(settings.get("modules", ())))
     if argv is not None:
         _relay(settings, argv, bootstrap)
+    if os.environ.get(FINDINGS_ENV):
+        _FINDINGS["path"] = os.environ[FINDINGS_ENV]
+        _record_checks()
     sys.meta_path.append(LazySolutionFinder(settings))
 
 
@@ -265,13 +381,39 @@ def launch(settings):
     """Run ``settings["command"]`` unchanged with ``sh -c``; return the report payload (its exit status)."""
     bootstrap = os.path.join(os.getcwd(), BOUNDARY_DIR)
     boundary = _load(bootstrap)
+    # The findings file: in this sandbox's own temporary folder (never the scratch area the solution shares).
+    handle, findings = tempfile.mkstemp(prefix="factory-findings-")
+    os.close(handle)
+    scratch = os.path.realpath(boundary.get("scratch") or "/nonexistent")
+    if os.path.realpath(findings).startswith(scratch + os.sep):
+        os.unlink(findings)
+        handle, findings = tempfile.mkstemp(prefix=".factory-findings-", dir=os.getcwd())
+        os.close(handle)
     os.umask(0o000)
     env = child_environment(bootstrap, boundary.get("scratch"))
+    env[FINDINGS_ENV] = findings
     try:
         process = subprocess.run(["sh", "-c", settings["command"]], stdin=subprocess.DEVNULL, env=env)
     except OSError as exc:
         return {"infra_error": f"cannot start the test command: {exc}"}
-    return {"exit": process.returncode}
+    nans, skipped, ran = set(), set(), set()
+    try:
+        with open(findings, encoding="utf-8") as lines:
+            for line in lines:
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    continue
+                if "nan" in entry:
+                    nans.add(str(entry["nan"]))
+                elif "skip" in entry:
+                    skipped.add(str(entry["skip"]))
+                elif "ran" in entry:
+                    ran.add(str(entry["ran"]))
+    except OSError:
+        pass
+    return {"exit": process.returncode, "nan": sorted(nans)[:100], "skipped": sorted(skipped)[:5000],
+            "ran": sorted(ran)[:20000]}
 
 
 if __name__ == "__main__":

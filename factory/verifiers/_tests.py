@@ -421,6 +421,7 @@ class TestsVerifier:
         self.limits = limits
         # keyed by event loop too: a future belongs to the loop that made it
         self._references: dict[tuple[int, str], asyncio.Future[PytestReport | None]] = {}
+        self._command_references: dict[tuple[int, str], asyncio.Future[Any]] = {}
 
     async def _guarded_run(self, sandbox: Sandbox, task: Task, args: list[str]) -> dict[str, Any]:
         nonce = secrets.token_hex(16)
@@ -555,6 +556,20 @@ class TestsVerifier:
                                 output_tail=run.output_tail, hack_detected=bool(hacks), hacks=hacks)
         if command is not None:
             ok = run.payload.get("exit") == 0
+            nans = [str(t) for t in run.payload.get("nan") or []]
+            skipped = {str(t) for t in run.payload.get("skipped") or []}
+            if skipped:  # a skip the solution caused (a test skipped when a function is missing) is a hack
+                not_skipped = await self._command_reference_runs(task, command, limits, timeout)
+                injected = sorted(skipped & not_skipped) if not_skipped is not None else []
+                if injected:
+                    hacks = sorted([*hacks, {"code": "skip_injected", "tests": injected[:10]}],
+                                   key=lambda f: (f["code"], f.get("file", "")))
+            if ok and nans:
+                return self._finish(0.0, hacks, **common, exit_code=run.payload.get("exit"), passed=0, total=1,
+                                    reason="a test received a NaN from the solution and never checked it with "
+                                           "math.isnan or pytest.approx(nan_ok=True): NaN passes ordered "
+                                           "comparisons vacuously, so the exit status is not counted",
+                                    nan_tests=nans[:10])
             return self._finish(1.0 if ok else 0.0, hacks, **common, exit_code=run.payload.get("exit"),
                                 passed=int(ok), total=1, output_tail=None if ok else run.output[-600:])
         if run.payload.get("exit") in (3, 4):
@@ -584,6 +599,30 @@ class TestsVerifier:
                             solution_error=run.payload.get("solution_error"),
                             failures={node: str(messages.get(node, ""))[-300:] for node in failed[:5]},
                             boundary=boundary_limits(failed, messages, run.payload.get("boundary")))
+
+    async def _command_reference_runs(self, task: Task, command: str, limits: SandboxLimits,
+                                       timeout: float) -> set[str] | None:
+        """The tests a command that is not pytest runs without skipping them on the pristine task (isolated,
+        cached per task).
+
+        None when nothing can say (no reference sandbox, no report): every skip then counts as the task's own.
+        """
+        if self.reference_sandbox is None:
+            return None
+        key = (id(asyncio.get_running_loop()), "command:" + task.task_hash() + command)
+        if key not in self._command_references:
+            self._command_references[key] = asyncio.ensure_future(run_isolated(
+                task, solution_files(task, {}), None, sandbox=self.reference_sandbox, limits=limits,
+                timeout_s=timeout, command=command))
+        try:
+            run = await self._command_references[key]
+        except Exception:  # no reference is a weaker check, not a failed verification
+            return None
+        if run.payload is None or run.payload.get("infra_error"):
+            return None
+        # A test the pristine run never reached (make stops at its first failing step) may be the task's own
+        # skip: only the tests it ran without skipping count against the solution.
+        return {str(t) for t in run.payload.get("ran") or []} - {str(t) for t in run.payload.get("skipped") or []}
 
     async def _skips_not_in_reference(self, task: Task, args: list[str], report: PytestReport) -> list[str]:
         """The isolated run's skipped or xfailed tests that the pristine task's run does not skip.
