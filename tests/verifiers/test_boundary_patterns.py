@@ -18,7 +18,6 @@ import pytest
 from factory.sandbox import SandboxLimits
 from factory.tasks import Task
 from factory.verifiers import BranchOutput, Criterion, TestsVerifier, VerifyContext, run_verifier
-from factory.verifiers._isolation import run_isolated, solution_files
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
@@ -886,7 +885,7 @@ def test_attacks_on_the_new_crossings_never_pass(case, attack, target):
 
 
 def test_a_boundary_limit_is_reported_per_failing_test():
-    tests = textwrap.dedent("""
+    tests = """
         from lib import run
 
         def test_passes_a_plain_callable():
@@ -894,23 +893,19 @@ def test_a_boundary_limit_is_reported_per_failing_test():
 
         def test_compares_an_object():
             assert run(None) == 1
-    """)
-    solution = textwrap.dedent("""
+    """
+    solution = """
         class Opaque:
             pass
 
         def run(factory):
             return Opaque() if factory is None else 1
-    """)
-    task = Task(id="boundary-report", prompt="p", files={"lib.py": ""}, tests={"test_lib.py": tests})
-    run = asyncio.run(run_isolated(task, solution_files(task, {"lib.py": solution}), ["-q", "test_lib.py"],
-                                   sandbox="bwrap", limits=SandboxLimits(timeout_s=60), timeout_s=60))
-    assert run.payload is not None, run.output_tail
-    assert run.payload["outcomes"] == {"test_lib.py::test_passes_a_plain_callable": "passed",
-                                       "test_lib.py::test_compares_an_object": "failed"}
-    boundary = run.payload["boundary"]
-    assert [entry["test"] for entry in boundary] == ["test_lib.py::test_compares_an_object"]
-    assert "comparing it" in boundary[0]["what"]
+    """
+    verdict = verify(tests, solution)
+    assert verdict.status == "fail" and verdict.details["passed"] == 1, verdict.details
+    boundary = verdict.details["boundary"]
+    assert {entry["test"] for entry in boundary} == {"test_lib.py::test_compares_an_object"}
+    assert all("comparing it" in entry["what"] for entry in boundary)
 
 
 BREAKS_THE_PROTOCOL = """
@@ -941,7 +936,7 @@ def test_a_solution_breaking_the_protocol_fails_and_never_crashes_pytest(where):
 
 
 def test_what_could_not_cross_while_collecting_is_reported():
-    tests = textwrap.dedent("""
+    tests = """
         import threading
         import lib
 
@@ -950,12 +945,8 @@ def test_what_could_not_cross_while_collecting_is_reported():
 
         def test_anything():
             assert LOCK is not None
-    """)
-    solution = "def keep(value):\n    return value\n"
-    task = Task(id="boundary-collect", prompt="p", files={"lib.py": ""}, tests={"test_lib.py": tests})
-    run = asyncio.run(run_isolated(task, solution_files(task, {"lib.py": solution}), ["-q", "test_lib.py"],
-                                   sandbox="bwrap", limits=SandboxLimits(timeout_s=60), timeout_s=60))
-    assert run.payload is not None, run.output_tail
-    assert run.payload["collection_errors"] == ["test_lib.py"]
+    """
+    verdict = verify(tests, "def keep(value):\n    return value\n")
+    assert verdict.status == "fail" and verdict.details["collection_errors"] == ["test_lib.py"], verdict.details
     assert any(entry["test"] == "test_lib.py" and "module pytest cannot be passed" in entry["what"]
-               for entry in run.payload["boundary"]), run.payload
+               for entry in verdict.details["boundary"]), verdict.details
