@@ -46,7 +46,7 @@ from tests.verifiers.test_realworld import (  # noqa: E402
     bare_pytest,
     library_names,
     load_library,
-    tests_verdict,
+    run_tests_verifier,
 )
 
 _QUOTED = re.compile(r"""'[^']*'|"[^"]*\"""")
@@ -96,7 +96,7 @@ def isolated_outcomes(library: Library, verifier: TestsVerifier, extra_args: tup
 def in_process_verdict(library: Library) -> str:
     """The verdict of the same task with ``test_isolation: in-process`` (pass, or fail with its reason)."""
     task = library.task().model_copy(update={"test_isolation": "in-process"})
-    verdict = tests_verdict(task, library.source)
+    verdict = run_tests_verifier(task, library.source)
     details = verdict.details
     if verdict.status == "pass":
         return f"pass {details.get('passed')}/{details.get('total')}"
