@@ -52,7 +52,9 @@ import asyncio
 import base64
 import contextlib
 import functools
+import importlib.util
 import json
+import marshal
 import os
 import re
 import secrets
@@ -68,8 +70,8 @@ from factory.sandbox import SandboxLimits, SandboxSpec, create_sandbox, sandbox_
 from factory.tasks import Task
 from factory.verifiers._boundary import BOUNDARY_DIR, SETTINGS_NAME
 
-__all__ = ["IsolatedRun", "bootstrap_source", "module_names", "run_isolated", "solution_files", "test_data_files",
-           "trusted_files"]
+__all__ = ["IsolatedRun", "bootstrap_files", "bootstrap_source", "module_names", "run_isolated", "solution_files",
+           "test_data_files", "trusted_command", "trusted_files"]
 
 SOCKET_NAME = "solution.sock"
 #: The scratch area's folder in the shared directory: the tests' temporary files, seen by both sides.
@@ -113,7 +115,8 @@ def _runner_script() -> str:
 
 
 def _launcher_script() -> str:
-    return _script("_program_server", "_trusted_runner", "_boundary")
+    # launch() needs nothing of the boundary's clients: the processes it starts load the bootstrap themselves.
+    return _script("_boundary")
 
 
 @functools.cache
@@ -121,6 +124,81 @@ def bootstrap_source() -> str:
     """The trusted sandbox's ``sitecustomize.py`` (see :mod:`._boundary`)."""
     parts = [_source(n, False) for n in ("_wire", "_program_server", "_trusted_runner", "_boundary")]
     return "\n".join([*parts, "install(os.path.dirname(os.path.abspath(__file__)))\n"])
+
+
+#: The trusted scripts' file names in the bootstrap folder: not identifiers, so no import ever finds them.
+RUNNER_NAME, LAUNCHER_NAME = "factory-runner.py", "factory-launcher.py"
+
+
+@functools.cache
+def _pyc(source: str) -> bytes:
+    """``source`` compiled by this interpreter, as a checked hash-based ``.pyc`` (PEP 552).
+
+    An interpreter of another version ignores it (its cache tag or magic
+    number differs) and compiles the source; the same one loads it after
+    checking the source's hash, so a stale one is never run.
+    """
+    data = source.encode()
+    code = compile(data, "<string>", "exec", dont_inherit=True, optimize=0)
+    flags = 0b11  # hash-based, checked
+    return importlib.util.MAGIC_NUMBER + flags.to_bytes(4, "little") + importlib.util.source_hash(data) + \
+        marshal.dumps(code)
+
+
+def _with_bytecode(name: str, source: str, folder: str = BOUNDARY_DIR) -> dict[str, str | bytes]:
+    """``folder/name`` and its precompiled form where this interpreter's import looks for it."""
+    cached = importlib.util.cache_from_source(name)  # __pycache__/<stem>.<tag>.pyc, relative to the folder
+    return {f"{folder}/{name}": source, f"{folder}/{cached}": _pyc(source)}
+
+
+def bootstrap_files(boundary: Mapping[str, Any]) -> dict[str, str | bytes]:
+    """The trusted sandbox's read-only bootstrap folder: the ``sitecustomize``, the two entry scripts, each with
+    its bytecode (so that no trusted process spends its start compiling ~100 KB of source), and the settings."""
+    return {**_with_bytecode("sitecustomize.py", bootstrap_source()),
+            **_with_bytecode(RUNNER_NAME, _runner_script()),
+            **_with_bytecode(LAUNCHER_NAME, _launcher_script()),
+            f"{BOUNDARY_DIR}/{SETTINGS_NAME}": json.dumps(dict(boundary))}
+
+
+def _run_file(path: str) -> list[str]:
+    """``python -I -B`` running the script at ``path`` (workspace-relative or absolute) as ``__main__``.
+
+    No environment, no user site, nothing written; the code comes from the
+    script's bytecode where its source's hash matches, else from the source.
+    """
+    loader = ("import importlib.machinery, os\n"
+              f"exec(importlib.machinery.SourceFileLoader('__main__', os.path.join(os.getcwd(), {path!r}))"
+              ".get_code('__main__'))\n")
+    return ["python", "-I", "-B", "-c", loader]
+
+
+def trusted_command(name: str) -> list[str]:
+    """The argv that runs the bootstrap folder's script ``name`` as ``__main__`` in the trusted sandbox."""
+    return _run_file(f"{BOUNDARY_DIR}/{name}")
+
+
+#: The solution side's front door, with its bytecode, in a folder of the shared directory (the solution's
+#: workspace holds only the solution's files). It runs before any agent code; the trusted side never runs it.
+SERVER_DIR, SERVER_NAME = ".factory-server", "factory-server.py"
+
+
+def place_server(shared: str) -> None:
+    """Write the front door's script and bytecode into ``shared`` (a new directory, read-only files)."""
+    folder = os.path.join(shared, SERVER_DIR)
+    os.mkdir(folder, 0o755)
+    os.chmod(folder, 0o755)
+    for rel, content in _with_bytecode(SERVER_NAME, _dispatcher_script(), SERVER_DIR).items():
+        path = os.path.join(shared, rel)
+        os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+        with open(path, "xb") as handle:
+            handle.write(content.encode() if isinstance(content, str) else content)
+        os.chmod(path, 0o444)
+
+
+def server_command(shared_path: str) -> list[str]:
+    """The argv that runs the front door placed by :func:`place_server`, ``shared_path`` being the shared
+    directory's path inside the solution sandbox."""
+    return _run_file(f"{shared_path}/{SERVER_DIR}/{SERVER_NAME}")
 
 
 def _is_hook(path: str) -> bool:
@@ -243,6 +321,7 @@ async def run_isolated(task: Task, solution: Mapping[str, str | bytes], args: li
     nonce = secrets.token_hex(16)
     group = f"verify-{nonce[:12]}"  # one user for both: pytest's 0o700 tmp_path folders are the solution's too
     try:
+        place_server(shared)
         # Both sides start from the task's image: the solution runs where the agent wrote it.
         solution_spec = SandboxSpec(files=dict(solution), readonly_files=test_data_files(task), limits=limits,
                                     shared_dir=shared, image=task.image, user_group=group)
@@ -253,8 +332,7 @@ async def run_isolated(task: Task, solution: Mapping[str, str | bytes], args: li
         programs = sorted(p for p in solution if p not in data and p not in tests)
         boundary = {"socket": f"{shared_path}/{SOCKET_NAME}", "modules": modules, "programs": programs,
                     "scratch": scratch, "call_timeout": call_timeout, "connect_timeout": min(30.0, timeout_s)}
-        bootstrap = {f"{BOUNDARY_DIR}/sitecustomize.py": bootstrap_source(),
-                     f"{BOUNDARY_DIR}/{SETTINGS_NAME}": json.dumps(boundary)}
+        bootstrap = bootstrap_files(boundary)
         trusted_spec = SandboxSpec(files=data, readonly_files={**tests, **bootstrap}, limits=limits,
                                    shared_dir=shared, image=task.image, user_group=group)
         solution_box, trusted_box = create_sandbox(sandbox, solution_spec), create_sandbox(sandbox, trusted_spec)
@@ -270,7 +348,7 @@ async def run_isolated(task: Task, solution: Mapping[str, str | bytes], args: li
             server_settings = {"socket": f"{solution_box.shared_path}/{SOCKET_NAME}", "scratch": scratch,
                                "paths": ["."] + (["src"] if any(p.startswith("src/") for p in solution) else [])}
             server = asyncio.ensure_future(solution_box.exec(
-                ["python", "-I", "-B", "-c", _dispatcher_script()], timeout=timeout_s + 5,
+                server_command(solution_box.shared_path or shared_path), timeout=timeout_s + 5,
                 stdin=json.dumps(server_settings)))
             try:
                 if args is not None:
@@ -278,11 +356,10 @@ async def run_isolated(task: Task, solution: Mapping[str, str | bytes], args: li
                     runner_settings = {"socket": boundary["socket"], "modules": modules,
                                        "args": [*args, f"--basetemp={scratch}/pytest"], "nonce": nonce,
                                        "call_timeout": call_timeout, "connect_timeout": boundary["connect_timeout"]}
-                    result = await trusted_box.exec(["python", "-I", "-B", "-c", _runner_script()],
-                                                    timeout=timeout_s, stdin=json.dumps(runner_settings))
+                    result = await trusted_box.exec(trusted_command(RUNNER_NAME), timeout=timeout_s,
+                                                    stdin=json.dumps(runner_settings))
                 else:
-                    result = await trusted_box.exec(["python", "-I", "-B", "-c", _launcher_script()],
-                                                    timeout=timeout_s,
+                    result = await trusted_box.exec(trusted_command(LAUNCHER_NAME), timeout=timeout_s,
                                                     stdin=json.dumps({"nonce": nonce, "command": command}))
             finally:
                 # The trusted side is done, so the front door has nothing left to serve: stop it.
