@@ -53,7 +53,7 @@ import types
 
 if __name__ != "__main__":  # imported on the host (tests); in the sandbox the sources precede this
     from factory.verifiers._program_server import read_stream_frame, write_stream_frame
-    from factory.verifiers._trusted_runner import _NAN, SolutionClient, SolutionFinder
+    from factory.verifiers._trusted_runner import _NAN, SolutionClient, SolutionFinder, _Outcomes
     from factory.verifiers._wire import Channel
 
 __all__ = ["BOUNDARY_DIR", "FINDINGS_ENV", "SETTINGS_NAME", "guard_scratch", "install", "launch", "program_argv"]
@@ -308,11 +308,39 @@ def _record_checks():
             return approx(*args, **kwargs)
 
         pytest.approx = approx_watching
+        # The trusted runner's own checks, as under pytest: a NaN never checked, a decorated test whose function
+        # did not run, a test function replaced by the solution fail there; here they are findings.
+        outcomes = _Outcomes()
+        config.pluginmanager.register(outcomes, "factory-boundary-outcomes")
+        plugin.outcomes = outcomes
+        importorskip = pytest.importorskip
+        solution_names = frozenset(_FINDINGS.get("modules") or ())
+
+        def importorskip_solution(modname, *args, **kwargs):  # a solution that fails to import fails, never skips
+            if modname.split(".")[0] in solution_names:
+                import importlib
+
+                return importlib.import_module(modname)
+            return importorskip(modname, *args, **kwargs)
+
+        pytest.importorskip = importorskip_solution
+
+    passed_by_pytest = set()
+
+    def pytest_sessionfinish(session):
+        # Only what pytest itself passed: a failure pytest reports already sets its exit status (or a make
+        # target ignores it on purpose).
+        outcomes = getattr(plugin, "outcomes", None)
+        for node, outcome in (outcomes.outcomes.items() if outcomes is not None else ()):
+            if outcome == "failed" and node in passed_by_pytest:
+                _finding({"failed": node})
 
     def pytest_runtest_setup(item):
         _NAN["current"] = item.nodeid
 
     def pytest_runtest_logreport(report):
+        if report.when == "call" and report.passed:
+            passed_by_pytest.add(report.nodeid)
         if report.when == "setup":
             _finding({"ran": report.nodeid})
         if report.skipped and report.when in ("setup", "call"):
@@ -324,7 +352,8 @@ def _record_checks():
         if report.skipped and report.nodeid:
             _finding({"skip": report.nodeid})
 
-    for hook in (pytest_configure, pytest_runtest_setup, pytest_runtest_logreport, pytest_collectreport):
+    for hook in (pytest_configure, pytest_sessionfinish, pytest_runtest_setup, pytest_runtest_logreport,
+                 pytest_collectreport):
         setattr(plugin, hook.__name__, hook)
     sys.modules[_PLUGIN_NAME] = plugin
     named = [p for p in os.environ.get("PYTEST_PLUGINS", "").split(",") if p.strip()]
@@ -350,6 +379,7 @@ def install(bootstrap):
         _relay(settings, argv, bootstrap)
     if os.environ.get(FINDINGS_ENV):
         _FINDINGS["path"] = os.environ[FINDINGS_ENV]
+        _FINDINGS["modules"] = list(settings.get("modules", ()))
         _record_checks()
     sys.meta_path.append(LazySolutionFinder(settings))
 
@@ -396,7 +426,7 @@ def launch(settings):
         process = subprocess.run(["sh", "-c", settings["command"]], stdin=subprocess.DEVNULL, env=env)
     except OSError as exc:
         return {"infra_error": f"cannot start the test command: {exc}"}
-    nans, skipped, ran = set(), set(), set()
+    nans, skipped, ran, failed = set(), set(), set(), set()
     try:
         with open(findings, encoding="utf-8") as lines:
             for line in lines:
@@ -410,10 +440,12 @@ def launch(settings):
                     skipped.add(str(entry["skip"]))
                 elif "ran" in entry:
                     ran.add(str(entry["ran"]))
+                elif "failed" in entry:
+                    failed.add(str(entry["failed"]))
     except OSError:
         pass
     return {"exit": process.returncode, "nan": sorted(nans)[:100], "skipped": sorted(skipped)[:5000],
-            "ran": sorted(ran)[:20000]}
+            "ran": sorted(ran)[:20000], "failed": sorted(failed)[:1000]}
 
 
 if __name__ == "__main__":

@@ -564,6 +564,12 @@ class TestsVerifier:
                 if injected:
                     hacks = sorted([*hacks, {"code": "skip_injected", "tests": injected[:10]}],
                                    key=lambda f: (f["code"], f.get("file", "")))
+            failed = [str(t) for t in run.payload.get("failed") or []]
+            if ok and failed:  # pytest's exit status said 0, the trusted runner's checks did not
+                return self._finish(0.0, hacks, **common, exit_code=run.payload.get("exit"), passed=0, total=1,
+                                    reason="pytest exited 0, but tests failed the boundary's checks (a NaN never "
+                                           "checked, a decorated test whose own function did not run)",
+                                    failed=failed[:20])
             if ok and nans:
                 return self._finish(0.0, hacks, **common, exit_code=run.payload.get("exit"), passed=0, total=1,
                                     reason="a test received a NaN from the solution and never checked it with "
