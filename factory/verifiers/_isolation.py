@@ -115,8 +115,7 @@ def _runner_script() -> str:
 
 
 def _launcher_script() -> str:
-    # launch() needs nothing of the boundary's clients: the processes it starts load the bootstrap themselves.
-    return _script("_boundary")
+    return _script("_program_server", "_trusted_runner", "_boundary")
 
 
 @functools.cache
@@ -160,21 +159,27 @@ def bootstrap_files(boundary: Mapping[str, Any]) -> dict[str, str | bytes]:
             f"{BOUNDARY_DIR}/{SETTINGS_NAME}": json.dumps(dict(boundary))}
 
 
-def _run_file(path: str) -> list[str]:
+def _run_file(path: str, site: bool = True) -> list[str]:
     """``python -I -B`` running the script at ``path`` (workspace-relative or absolute) as ``__main__``.
 
     No environment, no user site, nothing written; the code comes from the
     script's bytecode where its source's hash matches, else from the source.
+    Without ``site``, ``-S`` too: a script that needs only the standard
+    library skips the site-packages' ``.pth`` files.
     """
     loader = ("import importlib.machinery, os\n"
               f"exec(importlib.machinery.SourceFileLoader('__main__', os.path.join(os.getcwd(), {path!r}))"
               ".get_code('__main__'))\n")
-    return ["python", "-I", "-B", "-c", loader]
+    return ["python", "-I", "-B", *([] if site else ["-S"]), "-c", loader]
 
 
 def trusted_command(name: str) -> list[str]:
-    """The argv that runs the bootstrap folder's script ``name`` as ``__main__`` in the trusted sandbox."""
-    return _run_file(f"{BOUNDARY_DIR}/{name}")
+    """The argv that runs the bootstrap folder's script ``name`` as ``__main__`` in the trusted sandbox.
+
+    The launcher needs only the standard library (the command it starts is
+    an ordinary process, with its own ``site``); the runner imports pytest.
+    """
+    return _run_file(f"{BOUNDARY_DIR}/{name}", site=name != LAUNCHER_NAME)
 
 
 #: The solution side's front door, with its bytecode, in a folder of the shared directory (the solution's
