@@ -50,6 +50,8 @@ PRIVATE_IMPORTS_IN_TESTS = {
                                    "plan (internal) without building an image",
     "tests/verifiers/test_judge.py": "checks the judge's prompt version, budget and JSON parsing, internal to "
                                      "the verifiers package",
+    "tests/verifiers/test_commands.py": "checks how `python -m unittest ...` command lines become the trusted "
+                                        "runner's pytest arguments (internal to the tests verifier)",
 }
 
 
