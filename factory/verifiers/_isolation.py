@@ -110,8 +110,10 @@ def _dispatcher_script() -> str:
 
 
 def _runner_script() -> str:
+    # pytest is imported (plugins are loaded later, by pytest.main) before the runner connects to the solution's
+    # front door, so that the two sides' start-ups overlap instead of the runner waiting for the socket first.
     return _script("_program_server", "_boundary", "_trusted_runner",
-                   tail="prepare_runner(os.path.join(os.getcwd(), BOUNDARY_DIR))\n")
+                   tail="prepare_runner(os.path.join(os.getcwd(), BOUNDARY_DIR))\nimport pytest\n")
 
 
 def _launcher_script() -> str:
