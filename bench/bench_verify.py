@@ -46,21 +46,37 @@ use during the timed loops is printed, so a run on a machine other work
 loads can be told apart. Per-branch CPU is printed too (bwrap's sandboxed
 processes are not reaped by this process, so their CPU is not visible here).
 
-Goal: the isolated verifier (bwrap, the default backend; the first backend
-where bwrap is not run) >= 60% of like-for-like bare pytest's branches/s.
-Stretch: faster than bare pytest (> 100%).
+Other kinds of task (``--kinds``, default all), each with the same ten
+tests as a ``unittest.TestCase`` and timed in the same round-robin:
+
+- ``unittest``: test command ``python -m unittest``, which the verifier
+  collects with pytest in the trusted runner (``method:
+  isolated-unittest``); bare baseline ``python -m unittest -q``;
+- ``make``: a ``Makefile`` whose ``test`` target runs ``python -m unittest
+  -q``, test command ``make test``, run unchanged by the trusted launcher,
+  every Python process it starts loading the boundary's bootstrap (``method:
+  exit_code``); bare baseline ``make test``.
+
+Each is shown against like-for-like bare pytest (the goal's baseline) and
+against its own command run bare.
+
+Goal (issue 27): the isolated verifier (bwrap, the default backend; the
+first backend where bwrap is not run) >= 100% of like-for-like bare
+pytest's branches/s, for the pytest task and for the unittest and make
+tasks. Issue 14's goal (>= 60%, pytest task) is still shown.
 
 A breakdown then times the parts of one isolated verification (median of
 ``--runs``, sequential): each of the two sandbox starts, the solution
 server's start-up until its socket is listening, the trusted pytest run
-(launch to report, the server already listening), the server's exit after
-the hang-up, the two closes; then the whole ``run_isolated`` and the whole
-verifier calls of both modes, against host references (``python -c pass``,
-``import pytest``, like-for-like pytest). It replays ``run_isolated``'s steps
-with the module's private helpers, so the parts can be timed one by one.
+(launch to report, the server already listening), stopping the server, the
+two closes; then the whole ``run_isolated`` and the whole verifier calls of
+both modes and of the other kinds, against host references (``python -c
+pass``, ``import pytest``, like-for-like pytest, the other kinds' bare
+commands). It replays ``run_isolated``'s steps with its own scripts and
+bootstrap (the module's helpers), so the parts can be timed one by one.
 
 Usage: python bench/bench_verify.py [--branches 40] [--concurrency 2] [--chunk 4] [--runs 10]
-       [--backends bwrap,none] [--no-installed] [--no-breakdown]
+       [--backends bwrap,none] [--kinds pytest,unittest,make] [--no-installed] [--no-breakdown]
 """
 
 from __future__ import annotations
@@ -89,8 +105,18 @@ from factory.sandbox import NoSandboxWarning, Sandbox, SandboxLimits, SandboxSpe
 from factory.tasks import Task
 from factory.verifiers import BranchOutput, TestsVerifier, Verdict, VerifyContext, criteria_for, run_verifier
 from factory.verifiers._isolation import (
-    RUNNER_NAME, SCRATCH_NAME, SOCKET_NAME, _dispatcher_script, bootstrap_files, module_names, run_isolated,
-    solution_files, test_data_files, trusted_command, trusted_files)
+    RUNNER_NAME,
+    SCRATCH_NAME,
+    SOCKET_NAME,
+    _dispatcher_script,
+    bootstrap_files,
+    module_names,
+    run_isolated,
+    solution_files,
+    test_data_files,
+    trusted_command,
+    trusted_files,
+)
 from factory.verifiers._tests import _pytest_args
 
 SOLUTION = '''\
