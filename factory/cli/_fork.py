@@ -112,8 +112,7 @@ def fork(tasks_file: Path | None, branches: int, model_spec: str | None, base_ur
     Every branch and its events are stored in the DuckDB file as they finish.
     Ctrl-C stops cleanly, keeping what finished; --resume RUN_ID continues.
     """
-    from factory.errors import ConfigError
-    from factory.errors import RunAbortedError
+    from factory.errors import ConfigError, RunAbortedError
     from factory.models import (
         AdaptiveLimiter,
         CircuitBreaker,

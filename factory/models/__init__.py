@@ -25,11 +25,11 @@ from factory.models._base import (
     model_prefixes,
     register_model,
 )
+from factory.models._child import ChildEngineModel, crash_message
 from factory.models._gguf import read_gguf_metadata
 from factory.models._http_errors import error_for_status, retry_after_seconds, sdk_errors
 from factory.models._pricing import cost_usd
 from factory.models._replay import RecordingModel, ReplayModel, request_key
-from factory.models._child import ChildEngineModel, crash_message
 from factory.models._resilience import AdaptiveLimiter, CircuitBreaker, ResilientModel, RetryPolicy
 from factory.models._text_tools import parse_text_tool_calls, render_chat_template
 from factory.models._weights import DEFAULT_WEIGHTS, GGUFWeights, ensure_weights

@@ -107,7 +107,8 @@ DATA_TESTS = textwrap.dedent("""
 
 
 def test_code_under_test_may_read_the_data_files_the_tests_hand_it():
-    task = Task(id="records", prompt="count_records(path)", files={"records.py": "def count_records(p):\n    return 0\n"},
+    task = Task(id="records", prompt="count_records(path)",
+                files={"records.py": "def count_records(p):\n    return 0\n"},
                 tests={"tests/test_records.py": DATA_TESTS, "tests/data/sample.txt": "a\n\nb\nc\n"})
     solution = "def count_records(path):\n    return sum(1 for line in open(path) if line.strip())\n"
     for isolation in ("process", "in-process"):
@@ -178,6 +179,7 @@ def test_process_pools_work_in_an_isolated_verification():
                 tests={"test_solution.py": "from solution import squares\n\n\ndef test_squares():\n"
                                            "    assert squares([1, 2, 3]) == [1, 4, 9]\n"})
     solution = ("from concurrent.futures import ProcessPoolExecutor\n\n\ndef _square(x):\n    return x * x\n\n\n"
-                "def squares(xs):\n    with ProcessPoolExecutor(2) as pool:\n        return list(pool.map(_square, xs))\n")
+                "def squares(xs):\n    with ProcessPoolExecutor(2) as pool:\n"
+                "        return list(pool.map(_square, xs))\n")
     verdict = verify(task, {"solution.py": solution})
     assert verdict.status == "pass", verdict.details
