@@ -22,12 +22,17 @@ traceback only for exceptions outside this tree, which are bugs.
     │   ├── ModelConfigError          exit 2   bad model spec, missing SDK or weights
     │   ├── RateLimitError            exit 1   429: retried with backoff, concurrency shrinks
     │   ├── ProviderServerError       exit 1   5xx: retried with backoff
-    │   ├── ProviderTimeoutError      exit 1   timeout / connection error: retried with backoff
+    │   ├── ProviderTimeoutError      exit 1   timeout: retried with backoff
+    │   │   └── ProviderConnectionError exit 1 no connection (nothing listens): retried; arms the circuit breaker
     │   ├── ProviderRequestError      exit 1   4xx other than 429: not retried
     │   ├── MalformedResponseError    exit 1   a body that is not the protocol (cut off, say): retried with backoff
     │   ├── ProviderExhaustedError    exit 1   retries or the request timeout used up: the infrastructure failed
+    │   ├── ProviderUnavailableError  exit 1   the provider is gone for the whole run: the run stops (resumable)
+    │   │   ├── EndpointDownError     exit 1   nothing but connection failures for a window (circuit breaker)
+    │   │   └── EngineCrashedError    exit 1   an engine's child process died (the signal named, and the remedy)
     │   └── ReplayMissError           exit 1   replay: no recorded response for a request
     ├── RunError                      exit 1   a fork run cannot start or resume
+    │   └── RunAbortedError           exit 1   a fork stopped because its provider became unavailable
     └── ExportError                   exit 1   an export cannot be made (no such run, nothing to export)
         └── ExportValidationError     exit 2   an exported file breaks its format (every problem, file:line)
 """

@@ -59,8 +59,10 @@ def test_only_the_retryable_model_errors_say_so():
     retryable = {name for name, cls in error_classes().items()
                  if issubclass(cls, errors.ModelError) and cls.retryable}
     # a cut-off body is a transient fault like a 5xx; giving up after the retries is final
-    assert retryable == {"RateLimitError", "ProviderServerError", "ProviderTimeoutError", "MalformedResponseError"}
+    assert retryable == {"RateLimitError", "ProviderServerError", "ProviderTimeoutError", "ProviderConnectionError",
+                         "MalformedResponseError"}
     assert not errors.ProviderExhaustedError.retryable
+    assert not errors.ProviderUnavailableError.retryable  # the provider is gone: the run stops instead
     assert errors.RateLimitError("x", retry_after=2.5).retry_after == 2.5
     assert errors.ModelError("x").retry_after is None
 
