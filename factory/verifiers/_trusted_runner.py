@@ -79,7 +79,6 @@ import socket
 import sys
 import time
 import types
-import unittest.mock
 
 if __name__ != "__main__":  # imported on the host (tests); in the sandbox _wire's source precedes this
     from factory.verifiers._wire import (
@@ -96,6 +95,15 @@ if __name__ != "__main__":  # imported on the host (tests); in the sandbox _wire
 
 __all__ = ["BoundaryError", "RemoteClass", "RemoteModule", "RemoteObject", "SolutionClient", "run_tests"]
 
+
+
+def _is_mock(obj):
+    """Whether ``obj`` is a ``unittest.mock`` object, without importing the module (it pulls in asyncio).
+
+    An object can only be a mock if a test imported ``unittest.mock`` already.
+    """
+    mock = sys.modules.get("unittest.mock")
+    return mock is not None and isinstance(obj, mock.NonCallableMock)
 
 class BoundaryError(BaseException):
     """A test used a solution object in a way the isolation boundary does not carry."""
@@ -549,7 +557,7 @@ class SolutionClient(Endpoint):
                 return value
             functions = (types.FunctionType, types.MethodType, types.BuiltinFunctionType, functools.partial)
             if name.startswith(_HIDDEN_PREFIXES) or isinstance(target, functions) \
-                    or (isinstance(target, unittest.mock.NonCallableMock) and name in _MOCK_WRITERS):
+                    or (_is_mock(target) and name in _MOCK_WRITERS):
                 raise AttributeError(f"{name} of the test's object is not the solution's to read")
             return getattr(target, name)
         if op == "iter":
@@ -566,7 +574,7 @@ class SolutionClient(Endpoint):
             return target[self.decode(request.get("key"))]
         if op in ("setitem", "delitem"):
             # a mapping or sequence of the test the solution fills (a defaultdict, a Counter, a deque)
-            if isinstance(target, unittest.mock.NonCallableMock) or not isinstance(
+            if _is_mock(target) or not isinstance(
                     target, (collections.abc.MutableMapping, collections.abc.MutableSequence, *_LIVE_BASES)):
                 raise TypeError(f"the test's {type(target).__name__} does not take items from the solution")
             key = self.decode(request.get("key"))
@@ -1118,7 +1126,10 @@ class RemoteModule(types.ModuleType):
         return _probe(lambda: client.request("getattr", h=self._factory_handle_of(), name=name), name)
 
     def __setattr__(self, name, value):
-        if name in RemoteModule._LOCAL:
+        if name in RemoteModule._LOCAL or (isinstance(value, types.ModuleType) and not isinstance(
+                value, RemoteModule) and getattr(value, "__name__", None) == f"{self.__name__}.{name}"):
+            # (the import system binding a trusted submodule, ``pkg.tests``, to its parent: it stays here, never
+            # handed to the solution)
             object.__setattr__(self, name, value)
             return
         client = object.__getattribute__(self, "_factory_client")
@@ -1211,6 +1222,22 @@ def _remote_class(client, key, name, exception_base, bases):
         return RemoteClass(name, (builtin,), namespace)
 
 
+#: The text of the empty ``__init__.py`` that the trusted sandbox holds for a solution package with tests inside
+#: it (``pkg/tests/``), so that pytest names the tests ``pkg.tests.test_x`` as it would beside the solution.
+#: Only the verifier writes it there (the agent writes nothing in that sandbox); ``pkg`` is still the solution's.
+PACKAGE_MARKER = "# factory: the solution's package; its modules are imported from the solution\n"
+
+
+def _is_package_marker(origin):
+    if not origin or os.path.basename(origin) != "__init__.py":
+        return False
+    try:
+        with open(origin, encoding="utf-8") as handle:
+            return handle.read(len(PACKAGE_MARKER) + 1) == PACKAGE_MARKER
+    except (OSError, ValueError):
+        return False
+
+
 class SolutionFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Imports the solution's top-level names (and their submodules) from the solution's process."""
 
@@ -1221,19 +1248,27 @@ class SolutionFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def find_spec(self, fullname, path=None, target=None):
         if fullname.split(".")[0] not in self.names:
             return None
-        if "." not in fullname:
-            # What the trusted side can import itself wins (pytest, the tests' helpers), except a namespace
-            # package (a directory without __init__.py somewhere on its path): in-process, the solution's own
-            # module, first on the path, would win over that.
-            own = importlib.machinery.PathFinder.find_spec(fullname)
-            if own is not None and own.origin is not None:
-                return None
+        # What the trusted side can import itself wins (pytest, the tests' helpers, the tests inside a solution
+        # package: ``pkg.tests``, found on the package's ``__path__``), except a namespace package (a directory
+        # without __init__.py somewhere on its path: in-process, the solution's own module, first on the path,
+        # would win over that) and a package marker (the solution's package, which holds the tests).
+        # Submodules of an ordinary solution package are never local: its ``__path__`` is empty.
+        own = importlib.machinery.PathFinder.find_spec(fullname, path) if "." not in fullname or path else None
+        marker = own is not None and _is_package_marker(own.origin)
+        if own is not None and own.origin is not None and not marker:
+            return None
         try:
             module = self.client.request("import", name=fullname)
         except ModuleNotFoundError:
+            if marker:  # never the empty marker in the solution's place
+                raise ImportError(f"the solution's package {fullname} cannot be imported") from None
             return None
         if not isinstance(module, RemoteModule):
             raise ImportError(f"{fullname} did not import as a module")
+        if marker and own.submodule_search_locations:
+            # The folder that holds the tests (trusted files only): what exists there imports locally, the
+            # rest (``from ..mod import x``) from the solution, as above.
+            object.__setattr__(module, "__path__", list(own.submodule_search_locations))
         spec = importlib.machinery.ModuleSpec(fullname, self, is_package=hasattr(module, "__path__"))
         spec._factory_module = module
         return spec
