@@ -69,9 +69,10 @@ from typing import Any
 from factory.sandbox import SandboxLimits, SandboxSpec, create_sandbox, sandbox_folder
 from factory.tasks import Task
 from factory.verifiers._boundary import BOUNDARY_DIR, SETTINGS_NAME
+from factory.verifiers._trusted_runner import PACKAGE_MARKER
 
-__all__ = ["IsolatedRun", "bootstrap_files", "bootstrap_source", "module_names", "run_isolated", "solution_files",
-           "test_data_files", "trusted_command", "trusted_files"]
+__all__ = ["IsolatedRun", "bootstrap_files", "bootstrap_source", "module_names", "package_markers", "run_isolated",
+           "solution_files", "test_data_files", "trusted_command", "trusted_files"]
 
 SOCKET_NAME = "solution.sock"
 #: The scratch area's folder in the shared directory: the tests' temporary files, seen by both sides.
@@ -258,14 +259,35 @@ def _top_level_names(paths: list[str]) -> set[str]:
     return {n for n in names if _IDENTIFIER.match(n)}
 
 
+def _package_dirs(solution: Mapping[str, Any], trusted: Mapping[str, Any]) -> list[str]:
+    """Folders that are the solution's packages (an ``__init__.py`` of its own) and hold trusted files
+    (``pkg/tests/test_x.py``) but no ``__init__.py`` or ``.py`` module of the trusted side's at their level."""
+    folders = set()
+    for path in (p for p in trusted if p.endswith(".py")):
+        parts = path.split("/")
+        folders.update("/".join(parts[:i]) for i in range(1, len(parts)))
+    return sorted(f for f in folders if f"{f}/__init__.py" in solution and f"{f}/__init__.py" not in trusted
+                  and f"{f}.py" not in trusted and _IDENTIFIER.match(f.rsplit("/", 1)[-1]))
+
+
+def package_markers(solution: Mapping[str, Any], trusted: Mapping[str, Any]) -> dict[str, str]:
+    """The trusted sandbox's marker ``__init__.py`` files (our text, never the agent's) for the solution's
+    packages that hold tests (see :func:`_package_dirs`): with them pytest names ``pkg/tests/test_x.py``
+    ``pkg.tests.test_x`` as beside the solution, and the import hook serves ``pkg`` from the solution with
+    the trusted folder as its ``__path__`` (the tests import locally, ``from ..mod import x`` remotely)."""
+    return {f"{folder}/__init__.py": PACKAGE_MARKER for folder in _package_dirs(solution, trusted)}
+
+
 def module_names(solution: Mapping[str, Any], trusted: Mapping[str, Any]) -> list[str]:
     """Top-level module names the trusted side imports from the solution.
 
     Names the trusted side has itself (test modules, test packages) are never
-    proxied; names it can import from its own interpreter (the standard
-    library, pytest) are not either, because the import hook runs last.
+    proxied, except a package of the solution's that only holds the tests
+    (``pkg/tests/``); names it can import from its own interpreter (the
+    standard library, pytest) are not either, because the import hook runs last.
     """
-    return sorted(_top_level_names(list(solution)) - _top_level_names(list(trusted))
+    mixed = {folder.split("/")[0] for folder in _package_dirs(solution, trusted) if "/" not in folder}
+    return sorted(_top_level_names(list(solution)) - (_top_level_names(list(trusted)) - mixed)
                   - set(sys.stdlib_module_names))
 
 
@@ -342,7 +364,8 @@ async def run_isolated(task: Task, solution: Mapping[str, str | bytes], args: li
         boundary = {"socket": f"{shared_path}/{SOCKET_NAME}", "modules": modules, "programs": programs,
                     "scratch": scratch, "call_timeout": call_timeout, "connect_timeout": min(30.0, timeout_s)}
         bootstrap = bootstrap_files(boundary)
-        trusted_spec = SandboxSpec(files=data, readonly_files={**tests, **bootstrap}, limits=limits,
+        markers = package_markers(solution, {**data, **tests})
+        trusted_spec = SandboxSpec(files=data, readonly_files={**markers, **tests, **bootstrap}, limits=limits,
                                    shared_dir=shared, image=task.image, user_group=group)
         solution_box, trusted_box = create_sandbox(sandbox, solution_spec), create_sandbox(sandbox, trusted_spec)
         async with contextlib.AsyncExitStack() as stack:

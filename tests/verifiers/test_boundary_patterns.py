@@ -950,3 +950,66 @@ def test_what_could_not_cross_while_collecting_is_reported():
     assert verdict.status == "fail" and verdict.details["collection_errors"] == ["test_lib.py"], verdict.details
     assert any(entry["test"] == "test_lib.py" and "module pytest cannot be passed" in entry["what"]
                for entry in verdict.details["boundary"]), verdict.details
+
+
+# ------------------------------------------------------------------------------------ tests inside the package
+
+PACKAGE_TESTS = {
+    "pkg/tests/__init__.py": "",
+    "pkg/tests/helpers.py": "FOUR = 4\n",
+    "pkg/tests/test_core.py": textwrap.dedent("""
+        import pkg
+        from .. import core
+        from ..core import double
+        from . import helpers
+
+        def test_relative_imports_reach_the_solution():
+            assert double(2) == helpers.FOUR
+            assert core.double(3) == 6 and pkg.core.double(5) == 10
+            assert pkg.VERSION == "1.0"
+
+        def test_the_tests_are_this_side():
+            assert __name__ == "pkg.tests.test_core" and pkg.tests.helpers is helpers
+    """),
+}
+
+PACKAGE_SOLUTIONS = {
+    "honest": {"pkg/__init__.py": 'VERSION = "1.0"\n', "pkg/core.py": "def double(x):\n    return 2 * x\n"},
+    "broken": {"pkg/__init__.py": 'VERSION = "1.0"\n', "pkg/core.py": "def double(x):\n    return 3 * x\n"},
+    # Reads the expected value from the trusted test package, were it ever handed to the solution.
+    "reads-the-tests": {"pkg/__init__.py": 'VERSION = "1.0"\n', "pkg/core.py": textwrap.dedent("""
+        import pkg
+
+        def double(x):
+            return pkg.tests.helpers.FOUR if x == 2 else 2 * x
+    """)},
+    # Plants its own test package and test module in its process, and a module where the tests' would be.
+    "plants-test-modules": {"pkg/__init__.py": textwrap.dedent("""
+        import sys, types
+        VERSION = "1.0"
+        for _name in ("pkg.tests", "pkg.tests.test_core", "pkg.tests.helpers"):
+            _module = types.ModuleType(_name)
+            _module.__path__ = []
+            _module.FOUR = 6
+            _module.test_relative_imports_reach_the_solution = lambda: None
+            _module.test_the_tests_are_this_side = lambda: None
+            sys.modules[_name] = _module
+    """), "pkg/core.py": "def double(x):\n    return 3 * x\n", "pkg/tests/extra.py": "FOUR = 6\n"},
+}
+
+
+@pytest.mark.parametrize("case", sorted(PACKAGE_SOLUTIONS))
+def test_tests_inside_the_solution_package(case):
+    """``pkg/tests/`` imports ``pkg`` and ``from ..core import x`` from the solution, its own files here."""
+    task = Task(id="pkg-tests", prompt="Write pkg.", files={"pkg/__init__.py": "", "pkg/core.py": ""},
+                tests=PACKAGE_TESTS)
+    verifier = TestsVerifier(timeout_s=60.0, reference_sandbox="bwrap", limits=SandboxLimits(timeout_s=60.0))
+    criterion = Criterion("tests", "tests pass", "tests", task.effective_test_command)
+    ctx = VerifyContext(task, BranchOutput("done"), criterion, None,
+                        workspace={**task.tests, **PACKAGE_SOLUTIONS[case]})
+    verdict = asyncio.run(run_verifier(verifier, ctx))
+    if case == "honest":
+        assert verdict.status == "pass" and verdict.details["passed"] == 2, verdict.details
+    else:
+        assert verdict.status == "fail" and verdict.details.get("passed", 0) <= 1, verdict.details
+        assert "test_relative_imports_reach_the_solution" in str(verdict.details.get("failures")), verdict.details

@@ -232,8 +232,8 @@ KNOWN_FAILING: dict[str, str] = {
         "'int' object has no attribute 'cache'"
     ),
     "colorama": (
-        "isolated 0/38 pass, bare 38: 38x collection error: ImportError: attempted relative import "
-        "beyond top-level package"
+        "isolated 36/38 pass, bare 38: 2x AssertionError: False is not true (isatty_test: the test replaces "
+        "sys.stderr and sys.__stderr__ on the trusted side; the solution compares with its own)"
     ),
     "configobj": (
         "isolated 49/75 pass, bare 75: 16x BoundaryError: <solution object ConfigObj #149> is an object "
@@ -274,8 +274,8 @@ KNOWN_FAILING: dict[str, str] = {
         "isolated 33/65 pass, bare 65: 32x AssertionError: assert 'text' == '\\x1b[5mtext\\x1b[0m'"
     ),
     "toolz": (
-        "isolated 0/180 pass, bare 180: 179x collection error: ModuleNotFoundError: No module named "
-        "'toolz'; 1x ModuleNotFoundError: No module named 'toolz'"
+        "isolated 9/180 pass, bare 180: the solution broke the protocol (builtin '__build_class__' cannot "
+        "cross), so its later calls fail; isinstance(<built-in function add>, <solution class curry>)"
     ),
 }
 
