@@ -1013,3 +1013,19 @@ def test_tests_inside_the_solution_package(case):
     else:
         assert verdict.status == "fail" and verdict.details.get("passed", 0) <= 1, verdict.details
         assert "test_relative_imports_reach_the_solution" in str(verdict.details.get("failures")), verdict.details
+
+
+def test_a_walk_over_a_solution_modules_namespace_passes():
+    """``vars(module).items()`` reaches ``__builtins__`` too: this side's builtins, never a protocol break."""
+    tests = """
+        import lib
+
+        def test_namespace_walk():
+            public = {name: value for name, value in vars(lib).items() if not name.startswith("_")}
+            assert sorted(public) == ["double"] and public["double"](2) == 4
+
+        def test_later_calls_still_work():
+            assert lib.double(5) == 10
+    """
+    verdict = verify(tests, "def double(x):\n    return 2 * x\n")
+    assert verdict.status == "pass" and verdict.details["passed"] == 2, verdict.details
