@@ -255,14 +255,24 @@ def test_the_provider_reads_the_calls_the_real_server_leaves_in_the_text(real_se
     assert response.usage.input_tokens > 0 and response.usage.output_tokens > 0
 
 
+#: The 0.5B model mostly answers a code task in prose (seen with local: too); told which tool to call first it
+#: writes the call (as JSON in its text), so one code task says so, and the test can require that calls arrive.
+DIRECTED = "fix-is-even"
+DIRECTION = "Start by calling the run tool with the command python -m pytest -q. Then: "
+
+
 def _fork_tasks(path: Path) -> Path:
     rows = [json.loads(line) for line in (EXAMPLES / "tasks.jsonl").read_text().splitlines() if line.strip()]
     chosen = [row for row in rows if row["id"] in FORK_TASKS]
     assert [row["id"] for row in chosen] == list(FORK_TASKS)
+    for row in chosen:
+        if row["id"] == DIRECTED:
+            row["prompt"] = DIRECTION + row["prompt"]
     path.write_text("".join(json.dumps(row) + "\n" for row in chosen))
     return path
 
 
+@pytest.mark.slow  # minutes of generation on 2 cores (706 s at load 8-16): opt-in with -m slow
 def test_fork_through_the_real_server(real_server: RealServer, tmp_path: Path) -> None:
     db = tmp_path / "fork.duckdb"
     started = time.monotonic()
@@ -295,7 +305,7 @@ def test_fork_through_the_real_server(real_server: RealServer, tmp_path: Path) -
     assert judged == {(row["task_id"], row["branch_index"]) for row in branches}, verdicts
     code_tasks = {row["task_id"] for row in calls}
     # a 0.5B model sometimes answers a code task in prose (its loss, verified as a fail); calls go to code tasks only
-    assert code_tasks and code_tasks <= {"fix-factorial", "fix-is-even"}, "no code task received a tool call"
+    assert DIRECTED in code_tasks and code_tasks <= {"fix-factorial", "fix-is-even"}, "no code task received a call"
     assert set(origins) <= {"native", "text"} and report["text_calls"] > 0  # this server parses none for Qwen
     assert all(row["input_tokens"] > 0 and row["output_tokens"] > 0 for row in branches)
     assert all(json.loads(row["payload"])["finish_reason"] in ("stop", "length", "tool_calls")
