@@ -149,6 +149,10 @@ def _run_watched(function, args, kwargs):
     return result
 
 
+class _RefusedBuiltin(WireError):
+    """A builtin the solution may not hand over (``exec``, ``BaseException``, ...), in a well-formed message."""
+
+
 class SolutionUnavailable(BaseException):
     """The solution's process crashed, hung past the call timeout, or broke the protocol."""
 
@@ -370,6 +374,8 @@ class SolutionClient(Endpoint):
                 raise SolutionUnavailable(self.broken)
             try:
                 value = self.decode(reply["ok"], refs)
+            except _RefusedBuiltin as exc:  # a well-formed answer holding a refused builtin: this call fails
+                raise BoundaryError(f"the solution's answer holds a {exc}: the call fails") from None
             except WireError as exc:
                 self.broken = f"the solution broke the protocol ({exc})"
                 raise SolutionUnavailable(self.broken) from None
@@ -409,7 +415,7 @@ class SolutionClient(Endpoint):
         if tag == "bi":
             if body not in _SAFE_BUILTINS and not (isinstance(getattr(builtins, str(body), None), type)
                                                    and issubclass(getattr(builtins, str(body)), Exception)):
-                raise WireError(f"builtin {str(body)[:40]!r} cannot cross")
+                raise _RefusedBuiltin(f"builtin {str(body)[:40]!r} cannot cross")
             return getattr(builtins, body)
         if tag == "nt":
             return self.namedtuple(body, nested)

@@ -1029,3 +1029,25 @@ def test_a_walk_over_a_solution_modules_namespace_passes():
     """
     verdict = verify(tests, "def double(x):\n    return 2 * x\n")
     assert verdict.status == "pass" and verdict.details["passed"] == 2, verdict.details
+
+
+def test_a_refused_builtin_fails_its_call_and_not_the_rest():
+    """A builtin that may not cross (``BaseException``: an ``except`` with it would swallow pytest's own
+    outcomes) fails the call that returned it; the solution's other calls still work."""
+    tests = """
+        import lib
+
+        def test_catches_with_the_solutions_class():
+            try:
+                assert lib.double(2) == 5
+            except lib.errors():
+                pass
+
+        def test_later_calls_still_work():
+            assert lib.double(5) == 10
+    """
+    solution = "def errors():\n    return BaseException\n\ndef double(x):\n    return 2 * x\n"
+    verdict = verify(tests, solution)
+    assert verdict.status == "fail" and verdict.details["passed"] == 1, verdict.details
+    assert "test_lib.py::test_catches_with_the_solutions_class" in verdict.details["failures"], verdict.details
+    assert any("BaseException" in entry["what"] for entry in verdict.details["boundary"]), verdict.details
