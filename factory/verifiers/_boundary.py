@@ -54,7 +54,7 @@ import types
 if __name__ != "__main__":  # imported on the host (tests); in the sandbox the sources precede this
     from factory.verifiers._program_server import read_stream_frame, write_stream_frame
     from factory.verifiers._trusted_runner import _NAN, SolutionClient, SolutionFinder, _Outcomes
-    from factory.verifiers._wire import Channel
+    from factory.verifiers._wire import Channel, cwd_to_wire
 
 __all__ = ["BOUNDARY_DIR", "FINDINGS_ENV", "SETTINGS_NAME", "guard_scratch", "install", "launch", "program_argv"]
 
@@ -134,7 +134,8 @@ def _relay(settings, argv, bootstrap):
         env["PYTHONPATH"] = os.pathsep.join(paths)
     else:
         env.pop("PYTHONPATH", None)
-    Channel(sock).send({"op": "program", "argv": argv, "cwd": os.getcwd(), "env": env})
+    cwd = cwd_to_wire(os.getcwd(), os.path.dirname(bootstrap))  # the workspace part crosses relative to it
+    Channel(sock).send({"op": "program", "argv": argv, "cwd": cwd, "env": env})
     lock = threading.Lock()
 
     def feed():

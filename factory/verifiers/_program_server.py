@@ -38,9 +38,12 @@ import threading
 
 if __name__ != "__main__":  # imported on the host (tests); in the sandbox the sources precede this
     from factory.verifiers._solution_server import SolutionServer
-    from factory.verifiers._wire import Channel, WireError
+    from factory.verifiers._wire import Channel, WireError, cwd_from_wire
 
 __all__ = ["STREAM_FRAME", "ReplayChannel", "read_stream_frame", "serve_forever", "write_stream_frame"]
+
+#: The solution workspace, where this server started (a test's working directory is mapped onto it).
+_PROGRAM_ROOT = os.getcwd()
 
 #: A relay frame: one tag byte and a 4-byte big-endian length, then the data. Tags from the trusted side:
 #: ``i`` standard input, ``I`` its end; from the solution side: ``o`` output, ``e`` error output, ``x`` the
@@ -95,7 +98,7 @@ def _run_program(sock, request, python):
     """Start the program ``request`` names and relay its streams until it exits."""
     argv = [str(a) for a in request.get("argv", [])][:4096]
     env = {str(k): str(v) for k, v in (request.get("env") or {}).items()}
-    cwd = str(request.get("cwd") or ".")
+    cwd = cwd_from_wire(str(request.get("cwd") or "@ws"), _PROGRAM_ROOT)
     lock = threading.Lock()
 
     def send(tag, data=b""):

@@ -58,6 +58,7 @@ if __name__ != "__main__":  # imported on the host (tests); in the sandbox _wire
         Refs,
         WireError,
         container_states,
+        cwd_from_wire,
         decode_value,
         encode_value,
         states_of,
@@ -65,6 +66,9 @@ if __name__ != "__main__":  # imported on the host (tests); in the sandbox _wire
     )
 
 __all__ = ["SolutionServer", "TrustedFunction", "TrustedObject", "serve"]
+
+#: This process's workspace, where it started (a working directory the trusted side sends is mapped onto it).
+_WORKSPACE_ROOT = os.getcwd()
 
 _RELAY_LIMIT = 1 << 20  # bytes of output relayed with one message
 _LIVE = (list, dict, set, bytearray)
@@ -278,7 +282,7 @@ class SolutionServer(Endpoint):
         cwd = request.get("cwd")
         if type(cwd) is str:
             try:
-                os.chdir(cwd)
+                os.chdir(cwd_from_wire(cwd, _WORKSPACE_ROOT))
             except OSError:
                 pass  # a directory only the trusted sandbox has
 

@@ -87,6 +87,7 @@ if __name__ != "__main__":  # imported on the host (tests); in the sandbox _wire
         Refs,
         WireError,
         container_states,
+        cwd_to_wire,
         decode_value,
         encode_value,
         states_of,
@@ -270,6 +271,7 @@ class SolutionClient(Endpoint):
         self.base_env = dict(os.environ)
         self.sent_env = None
         self.sent_cwd = None
+        self.root = os.getcwd()  # the trusted workspace: a working directory inside it crosses relative to it
 
     # ------------------------------------------------------------ protocol
 
@@ -283,7 +285,7 @@ class SolutionClient(Endpoint):
             if env != self.sent_env:
                 message["env"] = self.sent_env = env
             try:
-                cwd = os.getcwd()
+                cwd = cwd_to_wire(os.getcwd(), self.root)
             except OSError:
                 cwd = None
             if cwd != self.sent_cwd:

@@ -46,13 +46,14 @@ import datetime
 import decimal
 import fractions
 import json
+import os
 import pathlib
 import re
 import socket
 import struct
 
 __all__ = ["MAX_DEPTH", "MAX_FRAME", "MAX_NESTING", "PLAIN_SCALARS", "Channel", "Endpoint", "Refs", "WireError",
-           "container_states", "decode_value", "encode_value", "states_of",
+           "container_states", "cwd_from_wire", "cwd_to_wire", "decode_value", "encode_value", "states_of",
            "write_back"]
 
 MAX_FRAME = 64 * 1024 * 1024
@@ -69,6 +70,38 @@ SIDE_TAGS = frozenset({"nt", "dc", "en", "bi", "mod", "tzo"})
 _PATHS = {"pp": pathlib.PurePosixPath, "pw": pathlib.PureWindowsPath, "cp": pathlib.PosixPath}
 _ZONE_KEY = re.compile(r"^[A-Za-z0-9_+\-]+(/[A-Za-z0-9_+\-]+)*$")
 _KEYS_VIEW, _VALUES_VIEW, _ITEMS_VIEW = type({}.keys()), type({}.values()), type({}.items())
+
+
+#: The working directory's workspace part, as it crosses: ``@ws`` or ``@ws/REL``.
+_WORKSPACE_TAG = "@ws"
+
+
+def cwd_to_wire(cwd, root):
+    """A working directory as it crosses: relative to the sender's workspace ``root`` when inside it.
+
+    The two sandboxes' workspaces are the same path on bwrap and docker but
+    not on every backend (``none``: two host folders), and a path into the
+    trusted workspace must never send the solution to the tests; the scratch
+    area, outside both, is the same path on both sides and crosses as is.
+    """
+    rel = os.path.relpath(cwd, root)
+    if rel == ".":
+        return _WORKSPACE_TAG
+    if rel != ".." and not rel.startswith(".." + os.sep):
+        return f"{_WORKSPACE_TAG}/{rel}"
+    return cwd
+
+
+def cwd_from_wire(text, root):
+    """The receiver's directory for a working directory :func:`cwd_to_wire` sent (its own workspace ``root``)."""
+    if text == _WORKSPACE_TAG:
+        return root
+    if text.startswith(_WORKSPACE_TAG + "/"):
+        rel = os.path.normpath(text[len(_WORKSPACE_TAG) + 1:])
+        if rel == ".." or rel.startswith(".." + os.sep) or os.path.isabs(rel):
+            return root
+        return os.path.join(root, rel)
+    return text
 
 
 class WireError(Exception):

@@ -68,9 +68,11 @@ def test_every_sandbox_of_a_fork_starts_from_the_task_image(tmp_path, replay_fil
         verdicts = store.verdicts("r1").to_dicts()
     assert result.status == "ok"
     assert [(v["verifier"], v["status"]) for v in verdicts] == [("tests", "pass")]
-    # the agent's sandbox, then verification's: solution and trusted sides, or a fresh one and the reference run
-    assert len(recorded) == 3
-    assert [spec.image for spec in recorded] == [IMAGE] * 3
+    # the agent's sandbox, then verification's: solution and trusted sides (and, made but never started, the probe
+    # that says where the shared folder appears inside them), or a fresh one and the reference run
+    made = 4 if isolation == "process" else 3
+    assert len(recorded) == made
+    assert [spec.image for spec in recorded] == [IMAGE] * made
     assert "solution.py" in recorded[0].files and "test_solution.py" in recorded[0].readonly_files
 
 

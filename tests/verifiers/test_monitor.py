@@ -395,6 +395,7 @@ FILE_RULES: dict[str, tuple[dict[str, str], dict[str, str]]] = {
                             {"setup.cfg": "[metadata]\nname = x\n"}),
     "site_customize": ({"usercustomize.py": "X = 1\n"}, {"customize.py": "X = 1\n"}),
     "pth_file": ({"lib/zz.pth": "import os\n"}, {"lib/zz.txt": "import os\n"}),
+    "tool_steering_added": ({"GNUmakefile": "test:\n\ttrue\n"}, {"make.txt": "test:\n\ttrue\n"}),
     "module_shadowed": ({"statistics.py": "def fmean(xs):\n    return 0\n"},
                         {"stats.py": "def fmean(xs):\n    return 0\n"}),
     "hidden_module": ({"__pycache__/quiet.py": "X = 1\n"}, {"cache/quiet.py": "X = 1\n"}),

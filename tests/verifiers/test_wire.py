@@ -251,3 +251,16 @@ def test_nesting_is_bounded():
     finally:
         left.close()
         right.close()
+
+
+def test_a_working_directory_crosses_relative_to_the_workspace():
+    """A test's cwd inside its workspace maps onto the solution's own (never a path into the tests' workspace)."""
+    from factory.verifiers._wire import cwd_from_wire, cwd_to_wire
+
+    assert cwd_to_wire("/trusted/ws", "/trusted/ws") == "@ws"
+    assert cwd_to_wire("/trusted/ws/data/in", "/trusted/ws") == "@ws/data/in"
+    assert cwd_to_wire("/scratch/tmp1", "/trusted/ws") == "/scratch/tmp1"  # the scratch area: one path for both
+    assert cwd_from_wire("@ws", "/solution/ws") == "/solution/ws"
+    assert cwd_from_wire("@ws/data/in", "/solution/ws") == "/solution/ws/data/in"
+    assert cwd_from_wire("@ws/../../trusted/ws", "/solution/ws") == "/solution/ws"
+    assert cwd_from_wire("/scratch/tmp1", "/solution/ws") == "/scratch/tmp1"
