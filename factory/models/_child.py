@@ -75,11 +75,8 @@ def crash_message(spec: str, returncode: int, stderr_tail: str = "", *, phase: s
         stderr_tail: The child's last output, appended when it explains an exit.
         phase: When it happened (``while loading``, ``during the run``).
     """
-    if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = f"signal {-returncode}"
+    name = _signal_name(returncode)
+    if name is not None:
         hint = _SIGNAL_HINTS.get(name, "killed by a signal")
         text = f"{spec}: the engine's process died with {name} {phase}: {hint}"
     else:
