@@ -37,7 +37,7 @@ import sys
 import threading
 
 if __name__ != "__main__":  # imported on the host (tests); in the sandbox the sources precede this
-    from factory.verifiers._solution_server import SolutionServer
+    from factory.verifiers._solution_server import serve_connection
     from factory.verifiers._wire import Channel, WireError, cwd_from_wire
 
 __all__ = ["STREAM_FRAME", "ReplayChannel", "read_stream_frame", "serve_forever", "write_stream_frame"]
@@ -161,15 +161,7 @@ def _child(connection, paths, python):
     if type(first) is dict and first.get("op") == "program":
         _run_program(connection, first, python)
         return
-    # The same steps as _solution_server.serve after its accept (output capture first), then agent code
-    # becomes importable, in this child only, and last on the path: nothing in the workspace shadows the
-    # standard library or an installed package.
-    server = SolutionServer(ReplayChannel(connection, first))
-    capture = getattr(server, "capture", None)
-    if capture is not None:
-        capture()
-    sys.path.extend(os.path.abspath(root) for root in paths)
-    server.serve()
+    serve_connection(ReplayChannel(connection, first), paths)  # in this child only
 
 
 def serve_forever(settings):

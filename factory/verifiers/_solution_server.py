@@ -1,12 +1,12 @@
 """The solution's side of the import boundary: serves the agent's modules to the trusted side.
 
-Sent as source (after :mod:`._wire`) to ``python -I -B -c`` in the
-*solution* sandbox, which holds the agent's files and no test file. It reads
-its settings from stdin, listens on a Unix socket in the directory shared
-with the trusted sandbox, accepts exactly one connection, removes the socket,
+Sent as source (after :mod:`._wire`, before :mod:`._program_server`, the
+front door that listens and forks a child per trusted connection) to
+``python -I -B`` in the *solution* sandbox, which holds the agent's files and
+no test file. In each child, :func:`serve_connection` starts capturing output
 and only then puts the workspace on ``sys.path`` (last, so nothing in it
-shadows the standard library) — no agent code runs before the one trusted
-peer is connected. Then it answers requests until the peer
+shadows the standard library) — no agent code runs before the trusted peer
+is connected. Then it answers requests until the peer
 hangs up: import a module, get/set/delete an attribute, call, and the few
 operations containers need (``len``, ``iter``, ``next``, item access,
 ``in``, ``str``, ``repr``, ``isinstance``) and arithmetic operators.
@@ -44,7 +44,6 @@ import io
 import keyword
 import logging
 import os
-import socket
 import sys
 import tempfile
 import threading
@@ -53,7 +52,6 @@ import warnings
 
 if __name__ != "__main__":  # imported on the host (tests); in the sandbox _wire's source precedes this
     from factory.verifiers._wire import (
-        Channel,
         Endpoint,
         Refs,
         WireError,
@@ -65,7 +63,7 @@ if __name__ != "__main__":  # imported on the host (tests); in the sandbox _wire
         write_back,
     )
 
-__all__ = ["SolutionServer", "TrustedFunction", "TrustedObject", "serve"]
+__all__ = ["SolutionServer", "TrustedFunction", "TrustedObject", "serve_connection"]
 
 #: This process's workspace, where it started (a working directory the trusted side sends is mapped onto it).
 _WORKSPACE_ROOT = os.getcwd()
@@ -565,34 +563,15 @@ class SolutionServer(Endpoint):
                 self.send({"exc": {"type": "TypeError", "builtin": True, "cls": None, "message": str(exc)}})
 
 
-def serve(settings):
-    """Listen, accept the trusted peer, then serve the workspace's modules to it."""
-    path = settings["socket"]
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-    listener.bind(path)
-    os.chmod(path, 0o666)  # the trusted side runs as another uid
-    listener.listen(1)
-    listener.settimeout(settings.get("accept_timeout", 60))
-    connection, _ = listener.accept()
-    listener.close()
-    os.unlink(path)
-    connection.settimeout(None)
-    server = SolutionServer(Channel(connection))
+def serve_connection(channel, paths):
+    """Serve the one trusted peer on ``channel``: output capture first, then agent code becomes importable.
+
+    The workspace ``paths`` go on ``sys.path`` only now, after the peer is
+    connected, and last: nothing in the workspace shadows the standard
+    library or an installed package. :mod:`._program_server` calls this in
+    the child it forks for each connection.
+    """
+    server = SolutionServer(channel)
     server.capture()
-    # Agent code becomes importable only now, after the one trusted peer is connected, and last on the
-    # path: nothing in the workspace shadows the standard library or an installed package.
-    sys.path.extend(os.path.abspath(root) for root in settings["paths"])
+    sys.path.extend(os.path.abspath(root) for root in paths)
     server.serve()
-
-
-if __name__ == "__main__":
-    import json
-
-    sys.dont_write_bytecode = True
-    _settings = json.loads(sys.stdin.read())
-    sys.stdin.close()
-    serve(_settings)
