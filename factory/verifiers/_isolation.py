@@ -165,17 +165,24 @@ def bootstrap_files(boundary: Mapping[str, Any]) -> dict[str, str | bytes]:
 
 
 def _run_file(path: str, site: bool = True) -> list[str]:
-    """``python -I -B`` running the script at ``path`` (workspace-relative or absolute) as ``__main__``.
+    """``python -s -B`` running the script at ``path`` (workspace-relative or absolute) as ``__main__``.
 
-    No environment, no user site, nothing written; the code comes from the
-    script's bytecode where its source's hash matches, else from the source.
-    Without ``site``, ``-S`` too: a script that needs only the standard
-    library skips the site-packages' ``.pth`` files.
+    No user site, nothing written, and the working directory off
+    ``sys.path`` before anything is imported (what ``-I`` adds on top, but
+    ``-I`` also ignores ``PYTHONHASHSEED``: tests parametrized from a set
+    would then be named in a random order, unlike under bare pytest with the
+    sandbox's fixed seed; the environment is the sandbox backend's, never
+    the agent's). The code comes from the script's bytecode where its
+    source's hash matches, else from the source. Without ``site``, ``-S``
+    too: a script that needs only the standard library skips the
+    site-packages' ``.pth`` files.
     """
-    loader = ("import importlib.machinery, os\n"
+    loader = ("import sys\n"
+              "if sys.path[:1] == ['']: del sys.path[0]\n"
+              "import importlib.machinery, os\n"
               f"exec(importlib.machinery.SourceFileLoader('__main__', os.path.join(os.getcwd(), {path!r}))"
               ".get_code('__main__'))\n")
-    return ["python", "-I", "-B", *([] if site else ["-S"]), "-c", loader]
+    return ["python", "-s", "-B", *([] if site else ["-S"]), "-c", loader]
 
 
 def trusted_command(name: str) -> list[str]:

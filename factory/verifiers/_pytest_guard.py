@@ -1,8 +1,11 @@
 """The program the ``tests`` verifier runs inside the sandbox to drive pytest under guard.
 
-It is sent as source to ``python -I -c`` (isolated mode: no PYTHON*
-variables, no user site, the workspace not on ``sys.path`` at start-up, so a
-planted ``sitecustomize`` never loads) and reads its settings from stdin,
+It is sent as source to ``python -s -c`` (no user site; the workspace is not
+on ``sys.path`` while ``site`` starts up, so a planted ``sitecustomize``
+never loads, and its first lines take it off before any import; not ``-I``,
+which would ignore the sandbox's ``PYTHONHASHSEED``: tests parametrized from
+a set would be named in another order than under bare pytest, and read as a
+changed collection) and reads its settings from stdin,
 which it then closes, so nothing of them is on the command line or in the
 environment for the code under test to find. It:
 
@@ -31,11 +34,14 @@ from __future__ import annotations
 
 __all__ = ["GUARD_SOURCE", "GUARD_VERSION"]
 
-GUARD_VERSION = "3"  # 2: workspace bytecode refused; 3: unittest items keep their own runtest
+GUARD_VERSION = "4"  # 2: workspace bytecode refused; 3: unittest items keep their own runtest; 4: hash seed
 
 GUARD_SOURCE = r'''
-import base64, json, os, shutil, sys, tempfile
-# -I ignores PYTHONDONTWRITEBYTECODE: the guard must not leave bytecode in the workspace.
+import sys
+if sys.path[:1] == [""]:  # the workspace (the -c entry): nothing of the agent's may shadow what we import
+    del sys.path[0]
+import base64, json, os, shutil, tempfile
+# The guard must not leave bytecode in the workspace, whatever the environment says.
 sys.dont_write_bytecode = True
 settings = json.loads(sys.stdin.read())
 sys.stdin.close()

@@ -430,7 +430,7 @@ class TestsVerifier:
         watched = sorted(p for p in task.all_tests if p.endswith(".py") or p in task.hidden_tests)
         settings = {"nonce": nonce, "args": args, "test_files": watched,
                     "allow_conftest": any(p.rsplit("/", 1)[-1] == "conftest.py" for p in task.all_tests)}
-        result = await sandbox.exec(["python", "-I", "-c", GUARD_SOURCE], timeout=self.timeout_s,
+        result = await sandbox.exec(["python", "-s", "-c", GUARD_SOURCE], timeout=self.timeout_s,
                                     stdin=json.dumps(settings))
         for line in reversed(result.stdout.splitlines()):
             if line.startswith(nonce + " "):
