@@ -40,6 +40,7 @@ follow links in the scratch area.
 from __future__ import annotations
 
 import base64
+import builtins
 import json
 import os
 import socket
@@ -204,21 +205,101 @@ class LazySolutionFinder:
         return None
 
 
+#: Set while this process's own scratch-area walk opens components (the audit hook leaves those alone).
+_WALKING = threading.local()
+#: Links one path may expand through, as the kernel allows.
+_MAX_LINKS = 40
+#: ``os.open`` itself (:func:`guard_scratch` replaces the module's).
+_OS_OPEN = os.open
+
+
+def _open_beneath(root, path, flags, mode=0o777):
+    """Open ``path`` (absolute, inside ``root``) one component at a time, never leaving ``root``.
+
+    Each component is opened with ``O_NOFOLLOW`` from its parent's
+    descriptor, so no component is looked up twice: a link the solution swaps
+    in after a check cannot be followed, because there is no separate check.
+    Links are resolved here (at most 40) and must stay inside ``root``.
+    """
+    import errno
+
+    parts = path[len(root):].split("/")
+    stack = [_OS_OPEN(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)]
+    links = 0
+
+    def refuse():
+        raise PermissionError(errno.EACCES, "factory: a link out of the scratch area the solution shares is not "
+                                            "followed", path)
+
+    try:
+        while parts:
+            name = parts.pop(0)
+            if name in ("", "."):
+                continue
+            if name == "..":
+                if len(stack) == 1:
+                    refuse()
+                os.close(stack.pop())
+                continue
+            try:
+                if parts and any(p not in ("", ".") for p in parts):
+                    stack.append(_OS_OPEN(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                                          dir_fd=stack[-1]))
+                    continue
+                return _OS_OPEN(name, flags | os.O_NOFOLLOW, mode, dir_fd=stack[-1])
+            except OSError as exc:
+                if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                try:
+                    target = os.readlink(name, dir_fd=stack[-1])
+                except OSError:
+                    raise exc from None
+            links += 1
+            if links > _MAX_LINKS:
+                raise OSError(errno.ELOOP, "Too many levels of symbolic links", path)
+            if target.startswith("/"):
+                if target != root and not target.startswith(root + "/"):
+                    refuse()
+                while len(stack) > 1:
+                    os.close(stack.pop())
+                target = target[len(root):]
+            parts[:0] = target.split("/")
+        return _OS_OPEN(".", flags, mode, dir_fd=stack[-1])  # a folder reached by "..": itself
+    finally:
+        for fd in stack:
+            os.close(fd)
+
+
 def guard_scratch(scratch):
-    """Refuse to open, in this process, a path inside ``scratch`` that resolves outside it."""
+    """Never follow, in this process, a link in ``scratch`` out of it (see :func:`_open_beneath`).
+
+    ``open``, ``io.open`` and ``os.open`` of a path inside the scratch area
+    open it with :func:`_open_beneath`; an audit hook refuses any other open
+    or listing of a path there that resolves outside it (a check that a link
+    swapped in afterwards could still beat: what opens through the standard
+    library's ``open`` is walked, never checked).
+    """
+    import io
+
     root = os.path.realpath(scratch)
+    named = os.path.abspath(scratch)
+
+    def inside(target):
+        if not isinstance(target, (str, bytes)) and not hasattr(target, "__fspath__"):
+            return None
+        try:
+            path = os.path.abspath(os.fsdecode(os.fspath(target)))
+        except (TypeError, ValueError):
+            return None
+        if named != root and (path == named or path.startswith(named + os.sep)):
+            path = root + path[len(named):]
+        return path if path == root or path.startswith(root + os.sep) else None
 
     def audit(event, args):
-        if event not in ("open", "os.listdir", "os.scandir") or not args:
+        if event not in ("open", "os.listdir", "os.scandir") or not args or getattr(_WALKING, "on", False):
             return
-        target = args[0]
-        if not isinstance(target, (str, bytes)):
-            return
-        try:
-            path = os.path.abspath(os.fsdecode(target))
-        except (TypeError, ValueError):
-            return
-        if path != root and not path.startswith(root + os.sep):
+        path = inside(args[0])
+        if path is None:
             return
         real = os.path.realpath(path)
         if real != root and not real.startswith(root + os.sep):
@@ -226,6 +307,36 @@ def guard_scratch(scratch):
                                   "it is not followed")
 
     sys.addaudithook(audit)
+    plain_open, plain_os_open = io.open, os.open
+
+    def walked(path, flags, mode=0o777):
+        _WALKING.on = True
+        try:
+            return _open_beneath(root, path, flags, mode)
+        finally:
+            _WALKING.on = False
+
+    def guarded_os_open(path, flags, mode=0o777, *, dir_fd=None):
+        where = inside(path) if dir_fd is None else None
+        if where is None:
+            return plain_os_open(path, flags, mode, dir_fd=dir_fd)
+        return walked(where, flags | os.O_CLOEXEC, mode)
+
+    def guarded_open(file, mode="r", buffering=-1, encoding=None, errors=None, newline=None, closefd=True,
+                     opener=None):
+        where = inside(file) if opener is None and not isinstance(file, int) else None
+        if where is None:
+            return plain_open(file, mode, buffering, encoding, errors, newline, closefd, opener)
+        _WALKING.on = True  # the file object's own "open" event: the walk below is the check
+        try:
+            return plain_open(file, mode, buffering, encoding, errors, newline, closefd,
+                              lambda _, flags: _open_beneath(root, where, flags, 0o666))
+        finally:
+            _WALKING.on = False
+
+    guarded_open.__doc__, guarded_os_open.__doc__ = plain_open.__doc__, plain_os_open.__doc__
+    builtins.open = io.open = guarded_open
+    os.open = guarded_os_open
 
 
 def _finding(entry):
