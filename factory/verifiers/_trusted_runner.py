@@ -398,6 +398,12 @@ class SolutionClient(Endpoint):
         """The test's values the solution gets as its own: snapshots go home, namedtuples and builtins rebuilt."""
         if value is os.environ:  # read by the solution as a mapping; never a handle it could write through
             return nested(dict(value))
+        mock = sys.modules.get("unittest.mock")
+        if mock is not None and isinstance(value, (mock._CallList, mock._Call)):
+            # A mock's records (call_args_list, mock_calls, call_args): a copy. Through a handle the solution
+            # could delete or add calls, and assert_has_calls or call_args_list == [...] would check its edits.
+            return {"l" if isinstance(value, list) else "t": [nested(item) for item in tuple.__iter__(value)]
+                    if isinstance(value, tuple) else [nested(item) for item in list.__iter__(value)]}
         if isinstance(value, tuple) and type(getattr(type(value), "_fields", None)) is tuple:
             cls_key = getattr(type(value), "_factory_key", None)
             return {"nt": [{"h": cls_key} if cls_key is not None else None, type(value).__name__,
