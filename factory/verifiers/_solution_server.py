@@ -69,6 +69,9 @@ __all__ = ["SolutionServer", "TrustedFunction", "TrustedObject", "serve_connecti
 _WORKSPACE_ROOT = os.getcwd()
 
 _RELAY_LIMIT = 1 << 20  # bytes of output relayed with one message
+#: What relaying needs, bound now: a test may give the solution's ``os`` its own functions (monkeypatch).
+_fstat, _pread, _chdir = os.fstat, os.pread, os.chdir
+_MISSING = object()
 _LIVE = (list, dict, set, bytearray)
 
 
@@ -99,6 +102,34 @@ def _is_namedtuple(value):
     return (isinstance(value, tuple) and type(fields) is tuple and len(fields) == len(value) <= 200
             and all(type(f) is str and f.isidentifier() and not f.startswith("_") and not keyword.iskeyword(f)
                     for f in fields) and cls.__eq__ is tuple.__eq__)
+
+
+#: This process's halves of the tests' classes deriving from solution classes: id(class) -> handle key, and back.
+_MIXED_KEYS = {}
+_MIXED_CLASSES = {}
+
+
+def _mixed_class(key):
+    """The half of a test's class with handle ``key`` (what a pickle of its objects names: the test's module is
+    not importable here)."""
+    return _MIXED_CLASSES[key]
+
+
+def _pickle(obj, protocol):
+    """``obj`` pickled for a test's ``pickle.dumps``; the halves of test classes by key."""
+    import io
+    import pickle
+
+    class Pickler(pickle.Pickler):
+        def reducer_override(self, value):
+            if isinstance(value, type) and _MIXED_KEYS.get(id(value)) is not None and \
+                    _MIXED_CLASSES.get(_MIXED_KEYS[id(value)]) is value:
+                return _mixed_class, (_MIXED_KEYS[id(value)],)
+            return NotImplemented
+
+    buffer = io.BytesIO()
+    Pickler(buffer, protocol=protocol).dump(obj)
+    return buffer.getvalue()
 
 
 class TrustedObject:
@@ -191,6 +222,104 @@ class TrustedFunction(TrustedObject):
         return self if obj is None else types.MethodType(self, obj)
 
 
+class _HiddenDefault:
+    """The default of a test function's parameter that is not plain data: it stays on the trusted side."""
+
+    __slots__ = ()
+
+    def __repr__(self):
+        return "<a default of the test's>"
+
+
+_HIDDEN_DEFAULT = _HiddenDefault()
+#: ``inspect.Parameter`` kinds as they cross (the enum's values).
+_POSITIONAL_ONLY, _POSITIONAL, _VAR_POSITIONAL, _KEYWORD_ONLY, _VAR_KEYWORD = range(5)
+
+
+def _mirror_function(server, key, described):
+    """A real function standing for a test's function (None if ``described`` is malformed).
+
+    Generated from the plain-data description the trusted side sends (names,
+    kinds, plain-data defaults, annotations as text, name, qualname, module,
+    doc, generator or coroutine), so that ``inspect.signature``, ``getfullargspec``,
+    ``functools.wraps`` and ``decorator``-style code see what they would see on
+    the test's own function. Its code is ours: calling it forwards the
+    arguments to the trusted side, where the test's function runs. A default
+    that is not plain data is :data:`_HIDDEN_DEFAULT` here and is left out of
+    the forwarded call, so the test's own default applies there.
+    """
+    try:
+        params = described["params"]
+        if type(params) is not list or len(params) > 255:
+            return None
+        text, names, defaults, kwdefaults, annotations = [], [], [], {}, {}
+        previous = None
+        for name, kind, state, default, annotation in params:
+            if type(name) is not str or not name.isidentifier() or keyword.iskeyword(name) \
+                    or name.startswith("_factory") or name in names or kind not in range(5):
+                return None
+            if previous == _POSITIONAL_ONLY and kind != _POSITIONAL_ONLY:
+                text.append("/")
+            if kind == _KEYWORD_ONLY and _VAR_POSITIONAL not in [p[1] for p in params]:
+                if "*" not in text:
+                    text.append("*")
+            text.append({_VAR_POSITIONAL: "*", _VAR_KEYWORD: "**"}.get(kind, "") + name)
+            if state:
+                value = server.value(default) if state == 1 else _HIDDEN_DEFAULT
+                if kind == _KEYWORD_ONLY:
+                    kwdefaults[name] = value
+                else:
+                    defaults.append(value)
+            if type(annotation) is str:
+                annotations[name] = annotation[:200]
+            names.append(name)
+            previous = kind
+        if previous == _POSITIONAL_ONLY:
+            text.append("/")
+        flags = described.get("flags")
+        call = f"_factory_forward(({''.join(n + ', ' for n in names)}))"
+        body = {"gen": f"yield from {call}", "coro": f"return await {call}"}.get(flags, f"return {call}")
+        source = f"{'async ' if flags == 'coro' else ''}def _factory_mirror({', '.join(text)}):\n    {body}\n"
+        kinds = [p[1] for p in params]
+
+        def forward(values):
+            args, kwargs, skipped = [], {}, False
+            for name, kind, value in zip(names, kinds, values):
+                if kind == _VAR_POSITIONAL:
+                    if value and skipped:
+                        raise TypeError("a default of the test's function that is not plain data cannot be "
+                                        "passed on before positional arguments")
+                    args.extend(value)
+                elif kind == _VAR_KEYWORD:
+                    kwargs.update(value)
+                elif value is _HIDDEN_DEFAULT:
+                    skipped = True
+                elif kind == _KEYWORD_ONLY or (kind == _POSITIONAL and skipped):
+                    kwargs[name] = value
+                elif kind == _POSITIONAL_ONLY and skipped:
+                    raise TypeError("a default of the test's function that is not plain data cannot be passed on "
+                                    "before a positional-only argument")
+                else:
+                    args.append(value)
+            return server.call_trusted(key, args, kwargs)
+
+        namespace = {"_factory_forward": forward, "__name__": str(described.get("module") or "")[:200]}
+        exec(compile(source, "<a test's function>", "exec"), namespace)  # noqa: S102 -- our own template
+        made = namespace["_factory_mirror"]
+        made.__defaults__ = tuple(defaults) or None
+        made.__kwdefaults__ = kwdefaults or None
+        if type(described.get("ret")) is str:
+            annotations["return"] = described["ret"][:200]
+        made.__annotations__ = annotations
+        for attribute in ("name", "qualname", "module", "doc"):
+            value = described.get(attribute)
+            if type(value) is str or (attribute == "doc" and value is None):
+                setattr(made, f"__{attribute}__", value)
+        return made
+    except (KeyError, TypeError, ValueError, SyntaxError, WireError):
+        return None
+
+
 class _LogRelay(logging.Handler):
     """Keeps the solution's log records for the next message to the trusted side."""
 
@@ -215,10 +344,15 @@ class SolutionServer(Endpoint):
         self.objects = {}
         self.ids = {}
         self.trusted = {}
+        self.mirrors = {}  # id of a mirror of a test's function -> its key (kept alive by self.trusted)
+        self.mirror_seen = {}  # key -> the test function's attributes when it last crossed
         self.logs = []
         self.warns = []
         self.base_env = dict(os.environ)
         self.outputs = []  # [(stream name, file, offset)]
+        self.streams = []  # this process's own text streams on fds 1 and 2
+        self.mirrored = {}  # (module, attribute) -> this side's value before the test's replaced it
+        self.mirrored_as = {}  # (module, attribute) -> what the trusted side last sent for it
         self.lock = threading.RLock()  # the solution's threads calling the test's callbacks take turns
 
     def exchange(self, request):
@@ -236,6 +370,7 @@ class SolutionServer(Endpoint):
                 self.outputs.append((name, sink, 0))
             sys.stdout = io.TextIOWrapper(os.fdopen(1, "wb", closefd=False), line_buffering=True)
             sys.stderr = io.TextIOWrapper(os.fdopen(2, "wb", closefd=False), line_buffering=True)
+            self.streams = [sys.stdout, sys.stderr]
         except OSError:  # no writable temporary directory: output is not relayed, the rest still is
             pass
         logging.getLogger().addHandler(_LogRelay(self))
@@ -247,15 +382,16 @@ class SolutionServer(Endpoint):
         self.warns.append([self.encode(category), str(message)[:20_000], str(filename)[:300], int(lineno or 0)])
 
     def outgoing(self, message):
-        for stream in (sys.stdout, sys.stderr):
+        # (this process's own streams: sys.stdout may be the test's stream now, whose flush is a request)
+        for stream in self.streams:
             try:
                 stream.flush()
             except Exception:
                 pass
         for position, (name, sink, offset) in enumerate(self.outputs):
-            end = os.fstat(sink.fileno()).st_size
+            end = _fstat(sink.fileno()).st_size
             if end > offset:
-                data = os.pread(sink.fileno(), min(end - offset, _RELAY_LIMIT), offset)
+                data = _pread(sink.fileno(), min(end - offset, _RELAY_LIMIT), offset)
                 self.outputs[position] = (name, sink, end)
                 message[name] = data.decode("utf-8", errors="replace")
         if self.logs:
@@ -280,9 +416,52 @@ class SolutionServer(Endpoint):
         cwd = request.get("cwd")
         if type(cwd) is str:
             try:
-                os.chdir(cwd_from_wire(cwd, _WORKSPACE_ROOT))
+                _chdir(cwd_from_wire(cwd, _WORKSPACE_ROOT))
             except OSError:
                 pass  # a directory only the trusted sandbox has
+        if type(request.get("mods")) is list:
+            self.mirror_modules(request["mods"])
+
+    def mirror_modules(self, entries):
+        """The test's standard streams and its changes to standard modules (``os.isatty``, ``sys.argv``,
+        ``builtins.input``), as the trusted side has them now: set on this process's modules, and the values
+        they replaced put back once the test's are gone."""
+        wanted = {}
+        for entry in entries[:500]:
+            if type(entry) is list and len(entry) == 4 and type(entry[0]) is str and type(entry[1]) is str:
+                wanted[(entry[0], entry[1])] = (entry[2] is True, entry[3])
+        for key in [key for key in self.mirrored if key not in wanted]:
+            module, original = sys.modules.get(key[0]), self.mirrored.pop(key)
+            self.mirrored_as.pop(key, None)
+            if module is None:
+                continue
+            if original is _MISSING:
+                module.__dict__.pop(key[1], None)
+            else:
+                setattr(module, key[1], original)
+        for (name, attribute), (present, data) in wanted.items():
+            if self.mirrored_as.get((name, attribute)) == (present, data):
+                continue  # unchanged: whatever the solution made of it since stays
+            module = sys.modules.get(name)
+            if module is None and name.split(".")[0] in sys.stdlib_module_names:
+                import importlib
+
+                try:
+                    module = importlib.import_module(name)
+                except ImportError:
+                    continue
+            if module is None:
+                continue
+            try:
+                value = self.value(data) if present else None
+            except WireError:
+                continue
+            self.mirrored.setdefault((name, attribute), module.__dict__.get(attribute, _MISSING))
+            self.mirrored_as[(name, attribute)] = (present, data)
+            if present:
+                setattr(module, attribute, value)
+            else:
+                module.__dict__.pop(attribute, None)
 
     # ------------------------------------------------------------ encoding
 
@@ -314,6 +493,8 @@ class SolutionServer(Endpoint):
             handle["name"] = getattr(obj, "__qualname__", type(obj).__name__)
         else:
             handle["k"] = "object"
+        if not isinstance(obj, type) and _MIXED_KEYS.get(id(type(obj))) is not None:
+            handle["mixed"] = _MIXED_KEYS[id(type(obj))]  # an object of a test's class: one there too
         return handle
 
     def enum_members(self, cls):
@@ -327,6 +508,8 @@ class SolutionServer(Endpoint):
         kind = type(value)
         if kind is TrustedObject or kind is TrustedFunction:
             return {"rh": object.__getattribute__(value, "_key")}
+        if kind is types.FunctionType and id(value) in self.mirrors:
+            return {"rh": self.mirrors[id(value)]}
         if isinstance(value, enum.Enum) and isinstance(kind, enum.EnumMeta):
             # The member's own handle too: where the trusted side cannot rebuild the class, it keeps a handle.
             return {"en": [self.handle_of(kind), str(value.name), nested(value.value), self.handle_of(value)]}
@@ -390,10 +573,46 @@ class SolutionServer(Endpoint):
 
     def trusted_proxy(self, data):
         key = data["rh"]
+        described = data.get("fn") if type(data.get("fn")) is dict else None
         if key not in self.trusted:
-            kind = TrustedFunction if data.get("k") == "function" else TrustedObject
-            self.trusted[key] = kind(self, key, data.get("k"), data.get("name"))
-        return self.trusted[key]
+            made = _mirror_function(self, key, described) if described is not None else None
+            if made is None:
+                kind = TrustedFunction if data.get("k") == "function" else TrustedObject
+                made = kind(self, key, data.get("k"), data.get("name"))
+            else:
+                self.mirrors[id(made)] = key
+            self.trusted[key] = made
+        made = self.trusted[key]
+        if described is not None and id(made) in self.mirrors:
+            self.refresh_mirror(key, made, described.get("attrs"))
+        return made
+
+    def refresh_mirror(self, key, mirror, attrs):
+        """The test function's public attributes, as the test last set them, into its mirror.
+
+        The solution's own writes (``func.pattern = ...`` by a decorator) stay
+        in the mirror, never on the test's function; an attribute the test set
+        or changed since the function last crossed wins over them (the later
+        write, as in one process), and one the test deleted goes.
+        """
+        if type(attrs) is not list:
+            return
+        seen = self.mirror_seen.get(key, {})
+        current = {}
+        for pair in attrs[:100]:
+            if type(pair) is not list or len(pair) != 2 or type(pair[0]) is not str or not pair[0].isidentifier():
+                continue
+            name, data = pair
+            current[name] = data
+            if name not in seen or seen[name] != data:
+                try:
+                    mirror.__dict__[name] = self.value(data)
+                except WireError:
+                    current.pop(name)
+        for name in seen:
+            if name not in current:
+                mirror.__dict__.pop(name, None)
+        self.mirror_seen[key] = current
 
     def value(self, data, refs=None):
         return decode_value(data, self.resolve, refs=refs, objects=self.objects_from)
@@ -507,10 +726,47 @@ class SolutionServer(Endpoint):
             function = getattr(operator, request["name"])
             other = self.value(request["v"])
             return function(other, target) if request.get("reflected") else function(target, other)
+        if op == "compare":  # a comparison the trusted side lets this object's own class decide: one side only
+            name = request.get("name")
+            if name not in ("eq", "ne", "lt", "le", "gt", "ge"):
+                raise WireError(f"unknown comparison {str(name)[:20]!r}")
+            result = getattr(type(target), f"__{name}__")(target, self.value(request["v"]))
+            return [] if result is NotImplemented else [result]
+        if op == "hash":
+            return hash(target)
         if op == "unop":
             import operator
 
             return getattr(operator, request["name"])(target)
+        if op == "subclass":
+            return self.subclass(request)
+        if op == "superattr":  # super().name past a test's override: the MRO from the given class on
+            cls, name = self.resolve(request["cls"]), str(request["name"])
+            owner = target if isinstance(target, type) else type(target)
+            mro = owner.__mro__
+            if cls not in mro:
+                raise TypeError(f"super(): {type(target).__name__} is not a {getattr(cls, '__name__', cls)!r}")
+            for klass in mro[mro.index(cls):]:
+                if name in vars(klass):
+                    attr = vars(klass)[name]
+                    get = getattr(type(attr), "__get__", None)
+                    if get is None:
+                        return attr
+                    return get(attr, None, target) if target is owner else get(attr, target, owner)
+            raise AttributeError(f"'super' object has no attribute {name!r}")
+        if op == "pickle":
+            return _pickle(target, int(request.get("protocol", 4)))
+        if op == "unpickle":
+            import pickle
+
+            data = self.value(request["data"])
+            if type(data) is not bytes:
+                raise TypeError("unpickle needs bytes")
+            return pickle.loads(data)
+        if op == "copy":
+            import copy
+
+            return copy.deepcopy(target) if request.get("deep") else copy.copy(target)
         if op == "dir":
             return sorted(str(name) for name in dir(target))
         if op == "owndict":  # a module's or class's own namespace: one entry, or its names
@@ -519,6 +775,38 @@ class SolutionServer(Endpoint):
                 return sorted(str(name) for name in namespace)
             return namespace[request["name"]]
         raise WireError(f"unknown operation {op!r}")
+
+    def subclass(self, request):
+        """This process's half of a test's class deriving from solution classes; returns its handle's key.
+
+        Each member the test's class defines is a forwarder to the test's own
+        (run on the trusted side); everything else is inherited from the
+        solution's classes, whose metaclass and ``__init_subclass__`` run here.
+        """
+        bases = tuple(self.value(b) for b in request["bases"])
+        if not bases or not all(isinstance(b, type) for b in bases):
+            raise TypeError("a test's class can only derive from classes of the solution")
+        members = {}
+        for name, kind, parts in request["members"]:
+            values = [self.value(part) for part in parts]
+            if kind == "static":
+                members[name] = staticmethod(values[0])
+            elif kind == "class":
+                members[name] = classmethod(values[0])
+            elif kind == "property":
+                members[name] = property(*values)
+            else:
+                members[name] = values[0]
+        if "slots" in request:
+            members["__slots__"] = tuple(self.value(request["slots"]))
+        members["__module__"] = str(request["module"])
+        members["__qualname__"] = str(request["qualname"])
+        keywords = {str(k): self.value(v) for k, v in request["kw"]}
+        cls = types.new_class(str(request["name"]), bases, keywords, lambda namespace: namespace.update(members))
+        key = self.handle_of(cls)["h"]
+        _MIXED_KEYS[id(cls)] = key
+        _MIXED_CLASSES[key] = cls
+        return key
 
     def serve_one(self, request):
         self.apply_context(request)

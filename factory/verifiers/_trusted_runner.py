@@ -251,6 +251,132 @@ def _no_reverse(value):
     return None
 
 
+def _plain_default(value, depth=0):
+    """Whether a test function's default may cross to its mirror: immutable plain data only (a mutable default
+    is one object the function may change; anything else stays on the trusted side)."""
+    if value is None or type(value) in (bool, int, float, complex, str, bytes):
+        return type(value) not in (str, bytes) or len(value) <= 10_000
+    return type(value) in (tuple, frozenset) and depth < 3 and len(value) <= 50 and all(
+        _plain_default(item, depth + 1) for item in value)
+
+
+def _annotation_text(annotation):
+    """An annotation as text (None when there is none): what it names, never the object."""
+    import inspect
+
+    if annotation is inspect.Parameter.empty:
+        return None
+    text = annotation if type(annotation) is str else inspect.formatannotation(annotation)
+    return str(text)[:200]
+
+
+#: The standard streams whose current object the solution's ``sys`` mirrors during a call.
+_STREAM_NAMES = ("stdin", "stdout", "stderr", "__stdin__", "__stdout__", "__stderr__")
+#: This process's own streams (and their instance attributes), as it started.
+_OWN_STREAMS = {name: (getattr(sys, name, None), frozenset(getattr(getattr(sys, name, None), "__dict__", {})))
+                for name in _STREAM_NAMES}
+#: What the solution may use of a test's stream it got as its ``sys.stdout`` (etc.) and was not handed: the
+#: stream API, never reading back what was written to it (``getvalue``, ``seek``: the test's own output).
+_STREAM_API = frozenset({"write", "writelines", "flush", "isatty", "fileno", "encoding", "errors", "newlines",
+                         "name", "mode", "closed", "readable", "writable", "seekable", "line_buffering",
+                         "write_through"})
+_STDIN_API = _STREAM_API | {"read", "readline", "readlines"}
+#: Attributes of the standard library's modules that a test changed (with monkeypatch or unittest.mock), with
+#: their values before: the solution's own modules get the test's values during its calls.
+_PATCHED = {}
+_MISSING = object()
+#: Those never mirrored: the solution's process needs its own (imports, environment: sent apart, the wire).
+_UNMIRRORED = {"sys": frozenset({"modules", "path", "meta_path", "path_hooks", "path_importer_cache", "flags",
+                                 "settrace", "setprofile", "excepthook", "unraisablehook", "displayhook",
+                                 "dont_write_bytecode", "_getframe", "exc_info", "exception"} | set(_STREAM_NAMES)),
+               "os": frozenset({"environ", "environb", "fstat", "pread", "chdir", "getcwd", "dup2", "fdopen"})}
+_UNMIRRORED_MODULES = frozenset({"json", "struct", "socket", "base64", "threading", "_thread", "importlib",
+                                 "select", "selectors", "signal", "gc", "types", "abc", "io", "_io"})
+#: The builtins a test may replace for the solution (input, print, open); the rest the wire itself uses.
+_MIRRORED_BUILTINS = frozenset({"input", "print", "open", "help", "exit", "quit"})
+
+
+def _watch_patch(target, name, old):
+    """Record that a test changed ``target.name`` (its value before: ``old``), if ``target`` is a module of
+    the standard library the solution's process has too."""
+    if not isinstance(target, types.ModuleType) or getattr(type(target), "_factory_handle_of", None) is not None \
+            or type(name) is not str:
+        return
+    module = getattr(target, "__name__", None)
+    if type(module) is not str or sys.modules.get(module) is not target \
+            or module.split(".")[0] not in sys.stdlib_module_names or module in _UNMIRRORED_MODULES \
+            or name in _UNMIRRORED.get(module, ()) or (module == "builtins" and name not in _MIRRORED_BUILTINS):
+        return
+    _PATCHED.setdefault((module, name), old)
+
+
+def _watch_patches(pytest):
+    """Watch ``monkeypatch.setattr``/``delattr`` (and ``unittest.mock.patch`` once a test imports it)."""
+    cls = pytest.MonkeyPatch
+
+    def watching(method):
+        def wrapper(self, *args, **kwargs):
+            done = len(getattr(self, "_setattr", ()))
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                for entry in list(getattr(self, "_setattr", ()))[done:]:
+                    if type(entry) is tuple and len(entry) == 3:
+                        _watch_patch(entry[0], entry[1], _MISSING if entry[2] is _monkeypatch_notset(
+                            pytest) else entry[2])
+        wrapper.__name__ = method.__name__
+        return wrapper
+
+    cls.setattr = watching(cls.setattr)
+    cls.delattr = watching(cls.delattr)
+
+
+def _monkeypatch_notset(pytest):
+    import _pytest.monkeypatch
+
+    return getattr(_pytest.monkeypatch, "notset", None)
+
+
+def _watch_mock_patches():
+    """``unittest.mock.patch`` and ``patch.object`` of a standard module's attribute, once mock is imported."""
+    mock = sys.modules.get("unittest.mock")
+    if mock is None or getattr(mock._patch, "_factory_watched", False):
+        return
+    enter = mock._patch.__enter__
+
+    def watching_enter(self):
+        result = enter(self)
+        original = getattr(self, "temp_original", _MISSING)
+        _watch_patch(getattr(self, "target", None), getattr(self, "attribute", None),
+                     _MISSING if original is mock.DEFAULT else original)
+        return result
+
+    mock._patch.__enter__ = watching_enter
+    mock._patch._factory_watched = True
+
+
+def _own_stream(name, value):
+    """Whether ``value``, this process's ``sys.<name>`` now, is its own or pytest's capture as set up (the
+    solution then writes to its own, relayed here), rather than a stream a test put there or changed."""
+    own, attrs = _OWN_STREAMS[name]
+    if value is own:
+        return frozenset(getattr(value, "__dict__", {})) == attrs
+    return type(value).__module__ == "_pytest.capture" and not getattr(value, "__dict__", None)
+
+
+def _module_state():
+    """``[(module, attribute, value)]``: what the solution's modules mirror now (``_MISSING``: deleted)."""
+    state = [("sys", name, value) for name in _STREAM_NAMES
+             for value in (getattr(sys, name, None),) if not _own_stream(name, value)]
+    for (module, name), old in _PATCHED.items():
+        target = sys.modules.get(module)
+        if target is not None:
+            value = target.__dict__.get(name, _MISSING)
+            if value is not old:
+                state.append((module, name, value))
+    return state
+
+
 class SolutionClient(Endpoint):
     """The trusted end of the channel: requests, the proxies of the solution's objects, and the test's
     objects the solution holds handles to (served here, under a read-only, public-attributes-only policy)."""
@@ -262,15 +388,25 @@ class SolutionClient(Endpoint):
         self.broken = None
         self.exported = {}
         self.export_ids = {}
+        self.described = {}  # key -> the plain-data description of a test's function handed to the solution
+        self.describing = set()
         self.epoch = 0
         self.pending = None  # a BaseException raised in the test's code during a solution call: re-raised after
         self.raised = {}  # token -> exception the test's code raised into the solution
         self.namedtuples = {}
         self.snapshot_classes = {}
+        # Which comparisons the solution may decide (see _decide): the keys of its classes the tests name, of
+        # the callables of those classes (alternate constructors), of the objects calls of either returned,
+        # and of the objects anything else handed over (the last may never stand for the test's own value).
+        self.named, self.makers, self.made, self.tainted = set(), set(), set(), set()
+        self.class_of = {}
+        self.decoding_made = False
         self.zones = {}
         self.base_env = dict(os.environ)
         self.sent_env = None
         self.sent_cwd = None
+        self.sent_modules = ()  # the values last sent (held, so that their ids stay theirs)
+        self.stream_only = {}  # key -> whether a stream the solution got as its sys.stdin (etc.) is read
         self.root = os.getcwd()  # the trusted workspace: a working directory inside it crosses relative to it
 
     # ------------------------------------------------------------ protocol
@@ -290,7 +426,40 @@ class SolutionClient(Endpoint):
                 cwd = None
             if cwd != self.sent_cwd:
                 message["cwd"] = self.sent_cwd = cwd
+            state = _module_state()
+            if len(state) != len(self.sent_modules) or any(
+                    a[:2] != b[:2] or a[2] is not b[2] for a, b in zip(state, self.sent_modules)):
+                self.sent_modules = state
+                message["mods"] = self.modules_to_wire(state)
         return message
+
+    def modules_to_wire(self, state):
+        """``[[module, attribute, present, value]]`` for the solution's modules; what cannot cross is left out."""
+        entries = []
+        for module, name, value in state:
+            if value is _MISSING:
+                entries.append([module, name, False, None])
+                continue
+            try:
+                if module == "sys" and name in _STREAM_NAMES:
+                    data = self.stream_handle(value, name.strip("_") == "stdin")
+                else:
+                    data = self.encode(value)
+            except (BoundaryError, WireError, RecursionError):
+                continue
+            entries.append([module, name, True, data])
+        return entries
+
+    def stream_handle(self, value, reading):
+        """A test's stream as the solution's ``sys.stdout`` (etc.): the stream API only, unless the test also
+        hands it over itself."""
+        if value is None or getattr(type(value), "_factory_handle_of", None) is not None:
+            return self.encode(value)
+        new = id(value) not in self.export_ids
+        handle = self.handle_of(value, grant=False)
+        if new:
+            self.stream_only[handle["rh"]] = reading
+        return handle
 
     def incoming(self, message):
         """Re-emit here what the solution printed, logged and warned before sending ``message``."""
@@ -335,7 +504,7 @@ class SolutionClient(Endpoint):
     def request(self, op, **fields):
         return self.exchange_checked({"op": op, **fields}, None)
 
-    def exchange_checked(self, message, refs):
+    def exchange_checked(self, message, refs, made=False):
         if self.broken is not None:
             raise SolutionUnavailable(self.broken)
         self.epoch += 1
@@ -375,12 +544,15 @@ class SolutionClient(Endpoint):
                 self.broken = "the solution broke the protocol (no result)"
                 raise SolutionUnavailable(self.broken)
             try:
+                self.decoding_made = made
                 value = self.decode(reply["ok"], refs)
             except _RefusedBuiltin as exc:  # a well-formed answer holding a refused builtin: this call fails
                 raise BoundaryError(f"the solution's answer holds a {exc}: the call fails") from None
             except WireError as exc:
                 self.broken = f"the solution broke the protocol ({exc})"
                 raise SolutionUnavailable(self.broken) from None
+            finally:
+                self.decoding_made = False
         finally:
             if outermost:
                 self.raised.clear()
@@ -421,6 +593,8 @@ class SolutionClient(Endpoint):
     def objects_from(self, tag, body, nested):
         """The solution's value objects, rebuilt with the trusted side's classes from plain fields."""
         if tag == "bi":
+            if body == "__dict__":  # the solution's builtins namespace (exec() added it to a dict): a copy of
+                return dict(builtins.__dict__)  # ours (never this process's own, which a test could then change)
             if body not in _SAFE_BUILTINS and not (isinstance(getattr(builtins, str(body), None), type)
                                                    and issubclass(getattr(builtins, str(body)), Exception)):
                 raise _RefusedBuiltin(f"builtin {str(body)[:40]!r} cannot cross")
@@ -480,7 +654,7 @@ class SolutionClient(Endpoint):
             self.namedtuples[key] = cls
         return cls(*(nested(v) for v in values))
 
-    def handle_of(self, value):
+    def handle_of(self, value, grant=True):
         handle = getattr(type(value), "_factory_handle_of", None)
         if handle is not None:
             return handle(value)
@@ -491,9 +665,66 @@ class SolutionClient(Endpoint):
         if key is None:
             key = self.export_ids[id(value)] = len(self.exported) + 1
             self.exported[key] = value
+        elif grant:  # a stream the solution had as its sys.stdout, now handed over by the test itself
+            self.stream_only.pop(key, None)
         kind = ("class" if isinstance(value, type) else "function" if isinstance(value, types.FunctionType)
                 else "callable" if callable(value) else "object")
-        return {"rh": key, "k": kind, "name": _safe_name(getattr(type(value), "__name__", "object"))}
+        handle = {"rh": key, "k": kind, "name": _safe_name(getattr(type(value), "__name__", "object"))}
+        if type(value) is types.FunctionType or (type(value) is types.MethodType
+                                                 and type(value.__func__) is types.FunctionType):
+            described = self.describe_function(key, value)
+            if described is not None:
+                handle["fn"] = described
+        return handle
+
+    def describe_function(self, key, function):
+        """A test's function as plain data, for the mirror the solution side makes of it (None: no mirror).
+
+        Its signature (names, kinds, defaults that are plain data, annotations
+        as text), name, qualname, module, doc and whether it is a generator or
+        coroutine function; and its public attributes as they are now (what
+        the test set on it: ``f.pattern = ...``). Never its code, globals,
+        closure, other defaults, ``__wrapped__`` or pytest's attributes.
+        """
+        import inspect
+
+        if key in self.describing:  # (an attribute that holds the function itself)
+            return None
+        described = self.described.get(key)
+        if described is None:
+            try:
+                signature = inspect.signature(function)
+            except (TypeError, ValueError):
+                return None
+            params = []
+            for param in list(signature.parameters.values())[:255]:
+                if param.default is param.empty:
+                    state, default = 0, None
+                elif _plain_default(param.default):
+                    state, default = 1, self.encode(param.default)
+                else:
+                    state, default = 2, None
+                params.append([param.name, int(param.kind), state, default, _annotation_text(param.annotation)])
+            own = getattr(function, "__func__", function)
+            flags = ("coro" if inspect.iscoroutinefunction(own) else "gen" if inspect.isgeneratorfunction(own)
+                     else "")
+            described = {"params": params, "ret": _annotation_text(signature.return_annotation), "flags": flags}
+            for attribute in ("name", "qualname", "module", "doc"):
+                value = getattr(own, f"__{attribute}__", None)
+                described[attribute] = value[:20_000] if type(value) is str else None
+            self.described[key] = described
+        attrs = []
+        self.describing.add(key)
+        try:
+            for name, value in list(vars(getattr(function, "__func__", function)).items())[:100]:
+                if type(name) is str and not name.startswith(_HIDDEN_PREFIXES) and _no_reverse(value) is None:
+                    try:
+                        attrs.append([name, self.encode(value)])
+                    except WireError:
+                        continue
+        finally:
+            self.describing.discard(key)
+        return {**described, "attrs": attrs}
 
     def exception(self, info):
         if type(info) is not dict:
@@ -551,6 +782,11 @@ class SolutionClient(Endpoint):
             target = self.exported[request["rh"]]
         except (KeyError, TypeError):
             raise WireError("unknown handle") from None
+        reading = self.stream_only.get(request["rh"])
+        if reading is not None and not (op in ("bool", "repr", "str") or (reading and op in ("iter", "next")) or (
+                op == "getattr" and request.get("name") in (_STDIN_API if reading else _STREAM_API))):
+            raise AttributeError(f"the test's stream is the solution's to {'read' if reading else 'write'}, not to "
+                                 f"{'read ' + str(request.get('name'))[:40] if op == 'getattr' else str(op)[:20]}")
         if op == "call":
             if type(request.get("a")) is not list or type(request.get("k")) is not list:
                 raise WireError("malformed call")
@@ -622,6 +858,7 @@ class SolutionClient(Endpoint):
         except (KeyError, TypeError, ValueError):
             raise WireError("malformed handle") from None
         kind = data.get("k")
+        (self.made if self.decoding_made else self.tainted).add(key)
         if kind == "live" and data.get("type") in _LIVE_TYPES:  # fresh contents each time it crosses
             return _LIVE_TYPES[data["type"]]._factory_make(self, key, self.decode(data.get("v")))
         if key in self.proxies:
@@ -636,15 +873,19 @@ class SolutionClient(Endpoint):
             if made is None:
                 made = _remote_class(self, key, name, data.get("exc"), data.get("bases") or [])
         else:
-            made = RemoteObject(self, key, _safe_name(data.get("type"), "object"), callable_=kind == "callable")
+            mixed = self.proxies.get(data.get("mixed")) if type(data.get("mixed")) is int else None
+            if isinstance(mixed, RemoteClass) and issubclass(mixed, _MixedObject):  # an object of a test's class
+                made = mixed._factory_new(self, key, _safe_name(data.get("type"), "object"), kind == "callable")
+            else:
+                made = RemoteObject(self, key, _safe_name(data.get("type"), "object"), callable_=kind == "callable")
         self.proxies[key] = made
         return made
 
-    def call(self, key, args, kwargs):
+    def call(self, key, args, kwargs, made=False):
         refs = Refs()
         message = {"op": "call", "h": {"h": key}, "a": [self.encode(a, refs, True) for a in args],
                    "k": [[str(k), self.encode(v, refs, True)] for k, v in kwargs.items()]}
-        return self.exchange_checked(message, refs)
+        return self.exchange_checked(message, refs, made)
 
 
 
@@ -916,10 +1157,76 @@ def _probe(read, name):
         raise
 
 
-def _compare(self, other):
-    raise BoundaryError(f"{self._factory_describe()} is an object of the solution: comparing it (==, <, ...) "
-                        "would run the "
-                        "solution's own comparison, so it is refused; the solution must return plain data")
+#: Modules whose reads of a solution module's attributes are not the test naming a class (collection, probes,
+#: introspection walks, this runner itself).
+_MACHINERY = ("_pytest", "pytest", "pluggy", "inspect", "doctest", "pydoc", "importlib", "typing", "unittest.mock",
+              "__main__", "factory", "dataclasses", "pickle", "copy", "functools", "abc", "enum")
+
+
+def _by_test(frame):
+    """Whether ``frame`` (the code reading an attribute or a class) is the tests' own code."""
+    name = frame.f_globals.get("__name__", "") if frame is not None else ""
+    return type(name) is str and not name.startswith(_MACHINERY)
+
+
+#: Test node id -> how many comparisons and hashes the solution's own methods decided while it ran.
+_DECIDED = {}
+_COMPARISONS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+
+def _class_named(client, obj):
+    """Whether the class of the solution's object ``obj`` is one the tests name (asked once per object)."""
+    key = object.__getattribute__(obj, "_key")
+    if key not in client.class_of:
+        try:
+            cls = obj._op("getattr", name="__class__")
+        except (AttributeError, TypeError):
+            cls = None
+        client.class_of[key] = cls._factory_key if isinstance(cls, RemoteClass) else None
+    return client.class_of[key] in client.named
+
+
+def _decide(self, other, name):
+    """``self <op> other`` decided by the method of ``self``'s class in the solution's process, where the test
+    relies on that class's semantics; otherwise refused.
+
+    Allowed only when ``self``'s class is one the tests name (``from pkg import Version``) and either ``other``
+    is another object of a class the tests name, or ``self`` was built by the test itself (a call of the class or
+    of one of its class's callables, ``Version.parse``) and never handed over by anything else. So a function's
+    result compared with the test's own expected value (``add(2, 3) == 5``) is never the solution's word, even
+    when its class is one the test names. The answer must be a bool (or NotImplemented: Python then asks the
+    other operand, as in-process); each one decided is counted in the report.
+    """
+    client = object.__getattribute__(self, "_client")
+    key = object.__getattribute__(self, "_key")
+    symbol = _COMPARISONS[name]
+    if not _class_named(client, self):
+        raise BoundaryError(f"{self._factory_describe()} is an object of the solution whose class the tests never "
+                            f"name: comparing it ({symbol}) would run the solution's own comparison, so it is "
+                            "refused; the solution must return plain data")
+    if isinstance(other, RemoteObject):
+        if not _class_named(client, other):
+            raise BoundaryError(f"{other._factory_describe()} is an object of the solution whose class the tests "
+                                f"never name: comparing it ({symbol}) would run the solution's own comparison, so "
+                                "it is refused; the solution must return plain data")
+    elif key not in client.made or key in client.tainted:
+        raise BoundaryError(f"{self._factory_describe()} was not built by the test (by calling its class): compared "
+                            f"({symbol}) with the test's own {type(other).__name__}, the solution's comparison would "
+                            "decide the test's expected value, so it is refused; the solution must return plain data")
+    answer = self._op("compare", name=name, v=client.encode(other))
+    if type(answer) is not list or len(answer) > 1 or (answer and type(answer[0]) is not bool):
+        shown = type(answer[0]).__name__ if type(answer) is list and answer else type(answer).__name__
+        raise BoundaryError(f"{self._factory_describe()}: its comparison ({symbol}) answered with a {shown}, not a "
+                            "bool")
+    _DECIDED[_NAN["current"]] = _DECIDED.get(_NAN["current"], 0) + 1
+    return answer[0] if answer else NotImplemented
+
+
+def _comparison(name):
+    def method(self, other):
+        return _decide(self, other, name)
+    method.__name__ = f"__{name}__"
+    return method
 
 
 class RemoteObject:
@@ -987,7 +1294,8 @@ class RemoteObject:
 
     def __call__(self, *args, **kwargs):
         client = object.__getattribute__(self, "_client")
-        return client.call(object.__getattribute__(self, "_key"), args, kwargs)
+        key = object.__getattribute__(self, "_key")
+        return client.call(key, args, kwargs, made=key in client.makers)
 
     def __len__(self):
         return self._op("len")
@@ -1028,13 +1336,61 @@ class RemoteObject:
         result = self._op("getattr", name="__exit__")(None, None, None)
         return exc_info[0] is None and result is True
 
+    def __reduce_ex__(self, protocol):
+        # Pickled by the solution, in its process: the stream made here holds its bytes as data and names only
+        # _solution_unpickle, which hands them back to the solution to load (never loaded here).
+        data = self._op("pickle", protocol=int(protocol))
+        if type(data) is not bytes:
+            raise BoundaryError(f"{self._factory_describe()}: the solution pickled it as a {type(data).__name__}")
+        return _solution_unpickle, (data,)
+
+    def __copy__(self):
+        return self._op("copy", deep=False)
+
+    def __deepcopy__(self, memo):
+        return self._op("copy", deep=True)
+
     def __bool__(self):
         raise BoundaryError(f"{self._factory_describe()} is an object of the solution: its truth value would be "
                             "the solution's "
                             "own answer, so testing it is refused; the solution must return plain data")
 
-    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _compare
-    __hash__ = object.__hash__
+    __eq__, __ne__, __lt__, __le__, __gt__, __ge__ = (_comparison(name) for name in _COMPARISONS)
+
+    def __hash__(self):
+        # By identity, unless the tests name the object's class: then its own hash, a plain int.
+        client = object.__getattribute__(self, "_client")
+        if not _class_named(client, self):
+            return object.__hash__(self)
+        value = self._op("hash")
+        if type(value) is not int:
+            raise BoundaryError(f"{self._factory_describe()}: hash() answered with a {type(value).__name__}")
+        _DECIDED[_NAN["current"]] = _DECIDED.get(_NAN["current"], 0) + 1
+        return value
+
+    @property
+    def __class__(self):
+        # ``obj.__class__ is pkg.Validator`` in a test: the solution's class. The runner's own isinstance checks
+        # (encoding, NaN scans, pytest) see the proxy's class and ask nothing of the solution.
+        if not _by_test(sys._getframe(1)):
+            return RemoteObject
+        try:
+            cls = self._op("getattr", name="__class__")
+        except (AttributeError, TypeError):
+            return RemoteObject
+        return cls if isinstance(cls, type) else RemoteObject
+
+
+#: The one connection to the solution of this run (what an unpickled handle reconnects to).
+_CLIENT = {"client": None}
+
+
+def _solution_unpickle(data):
+    """An object of the solution that a test pickled, loaded again by the solution from its own bytes."""
+    client = _CLIENT["client"]
+    if client is None or type(data) is not bytes:
+        raise BoundaryError("an object of the solution can only be unpickled while its tests run")
+    return client.request("unpickle", data=client.encode(data))
 
 
 _BINARY = ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and", "or", "xor", "lshift",
@@ -1140,7 +1496,10 @@ class RemoteModule(types.ModuleType):
         if name in _MODULE_PROBES:  # what the import system and inspect ask of any module: not forwarded
             raise AttributeError(name)
         # Dunders too (``__version__``, ``__author__``): a module's attributes are plain data or handles here.
-        return _probe(lambda: client.request("getattr", h=self._factory_handle_of(), name=name), name)
+        value = _probe(lambda: client.request("getattr", h=self._factory_handle_of(), name=name), name)
+        if isinstance(value, RemoteClass) and _by_test(sys._getframe(1)):
+            client.named.add(value._factory_key)  # the test relies on this class's own semantics
+        return value
 
     def __setattr__(self, name, value):
         if name in RemoteModule._LOCAL or (isinstance(value, types.ModuleType) and not isinstance(
@@ -1171,14 +1530,27 @@ class RemoteClass(type):
     ``pytest.raises(solution.MyError)`` works.
     """
 
+    def __new__(mcs, name, bases, namespace, **kwargs):
+        # A test's own class deriving from a solution class (not an exception: those are real exceptions here)
+        # is a mixed class: see _mixed_class.
+        if "_factory_key" in namespace or any(isinstance(b, type) and issubclass(b, BaseException) for b in bases):
+            return super().__new__(mcs, name, bases, namespace, **kwargs)
+        return _mixed_class(mcs, name, bases, namespace, kwargs)
+
+    def __init__(cls, name, bases, namespace, **kwargs):
+        super().__init__(name, bases, namespace)  # class keywords went to the solution's __init_subclass__
+
     def __call__(cls, *args, **kwargs):
         if issubclass(cls, BaseException):
             return type.__call__(cls, *args)
-        return cls._factory_client.call(cls._factory_key, args, kwargs)
+        return cls._factory_client.call(cls._factory_key, args, kwargs,
+                                        made=cls._factory_key in cls._factory_client.named)
 
     def __instancecheck__(cls, obj):
         if issubclass(cls, BaseException):
             return type.__instancecheck__(cls, obj)
+        if type.__subclasscheck__(cls, type(obj)):  # an object of a test's class deriving from this one
+            return True
         handle_of = getattr(type(obj), "_factory_handle_of", None)
         if handle_of is None or isinstance(obj, type):
             return False
@@ -1195,13 +1567,18 @@ class RemoteClass(type):
 
     @property
     def __dict__(cls):
-        # The solution class's own namespace (monkeypatch reads the old value from it to restore it).
+        # The solution class's own namespace (monkeypatch reads the old value from it to restore it); a test's
+        # mixed class has its own.
+        if type.__getattribute__(cls, "_factory_mixed"):
+            return _own_namespace(cls)
         return _RemoteNamespace(cls)
 
     def __setattr__(cls, name, value):
         if name.startswith(("_factory_", "__")):
             type.__setattr__(cls, name, value)
             return
+        if cls._factory_mixed:  # the test's class: its own attribute here, and its solution half's (a function
+            type.__setattr__(cls, name, value)  # there forwards to this one)
         cls._factory_client.request("setattr", h={"h": cls._factory_key}, name=name,
                                     v=cls._factory_client.encode(value))
 
@@ -1209,12 +1586,18 @@ class RemoteClass(type):
         if name.startswith(("_factory_", "__")):
             type.__delattr__(cls, name)
             return
+        if cls._factory_mixed and name in _own_namespace(cls):
+            type.__delattr__(cls, name)
         cls._factory_client.request("delattr", h={"h": cls._factory_key}, name=name)
 
     def __getattr__(cls, name):
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)
-        return _probe(lambda: cls._factory_client.request("getattr", h={"h": cls._factory_key}, name=name), name)
+        value = _probe(lambda: cls._factory_client.request("getattr", h={"h": cls._factory_key}, name=name), name)
+        if isinstance(value, RemoteObject) and cls._factory_key in cls._factory_client.named:
+            # ``Version.parse``: what it returns the test built with the class, as by calling it
+            cls._factory_client.makers.add(object.__getattribute__(value, "_key"))
+        return value
 
     def __repr__(cls):
         return f"<solution class {cls.__name__} #{cls._factory_key}>"
@@ -1224,7 +1607,7 @@ class RemoteClass(type):
 
 
 def _remote_class(client, key, name, exception_base, bases):
-    namespace = {"_factory_client": client, "_factory_key": key, "__module__": "solution"}
+    namespace = {"_factory_client": client, "_factory_key": key, "_factory_mixed": False, "__module__": "solution"}
     if exception_base is None:
         return RemoteClass(name, (), namespace)
     builtin = getattr(builtins, str(exception_base), None)
@@ -1237,6 +1620,120 @@ def _remote_class(client, key, name, exception_base, bases):
         return RemoteClass(name, (*parents, builtin), namespace)
     except TypeError:  # an MRO the stand-ins cannot reproduce
         return RemoteClass(name, (builtin,), namespace)
+
+
+def _own_namespace(cls):
+    """A class's own ``__dict__`` (``RemoteClass.__dict__`` is the solution's namespace for stand-ins)."""
+    return type.__dict__["__dict__"].__get__(cls)
+
+
+#: Entries of a test class's namespace that are its class machinery here, never sent to the solution.
+_CLASS_MACHINERY = frozenset({"__module__", "__qualname__", "__dict__", "__weakref__", "__doc__", "__slots__",
+                              "__init_subclass__", "__class_getitem__", "__new__", "__getattribute__",
+                              "__set_name__", "__classcell__", "__firstlineno__", "__static_attributes__",
+                              "__orig_bases__", "__annotations__", "__parameters__", "__class__"})
+
+
+class _MixedObject(RemoteObject):
+    """An object of a test's class deriving from a solution class (see :func:`_mixed_class`).
+
+    It lives in the solution's process; here it is an instance of the test's
+    class: the test's methods run here with it as ``self``, everything else
+    goes to the object there.
+    """
+
+    __slots__ = ()
+
+    @classmethod
+    def _factory_new(cls, client, key, type_name, callable_):
+        made = object.__new__(cls)
+        RemoteObject.__init__(made, client, key, type_name, callable_)
+        return made
+
+    @property
+    def __class__(self):
+        return type(self)
+
+
+class _SolutionAttribute:
+    """An attribute of a solution class that a test's subclass overrides, reached past the override
+    (``super().name``, ``Base.name(self)``): looked up in the solution's process along the object's MRO from the
+    class this stand-in mirrors, as Python's ``super`` does."""
+
+    def __init__(self, holder, name):
+        self.holder, self.name = holder, name
+
+    def __get__(self, obj, owner=None):
+        holder = self.holder
+        client = holder._factory_client
+        if obj is None:  # read on the class: the solution class's own attribute (an unbound function there)
+            return client.request("getattr", h={"h": holder._factory_key}, name=self.name)
+        handle_of = getattr(type(obj), "_factory_handle_of", None)
+        if handle_of is None:
+            raise TypeError(f"{holder.__name__}.{self.name} of the solution needs an object of the solution, not a "
+                            f"{type(obj).__name__}")
+        return client.request("superattr", h=handle_of(obj), cls={"h": holder._factory_key}, name=self.name)
+
+
+def _mixed_class(mcs, name, bases, namespace, kwargs):
+    """A test's class deriving from solution classes: a class here and its half in the solution's process.
+
+    The half there derives from the solution classes (their metaclass and
+    ``__init_subclass__`` run there, never here); each method, property and
+    attribute the test's class defines is, in that half, a forwarder to the
+    test's own, which runs here. So the solution's methods calling
+    ``self.getsizeof(v)`` or ``self.__missing__(k)`` reach the test's
+    override, and the test's ``super().__init__(...)`` reaches the solution's
+    (through :class:`_SolutionAttribute`). The solution receives handles on
+    the test's functions only: never the class, its ``__dict__`` or the
+    functions' globals.
+    """
+    client = next(b._factory_client for b in bases if isinstance(b, RemoteClass))
+    own = {k: v for k, v in namespace.items() if k != "__slots__"}  # slots live in the solution's half
+    own.update(_factory_key=None, _factory_mixed=True)
+    if not any(issubclass(b, _MixedObject) for b in bases):
+        bases = (*bases, _MixedObject)
+    cls = type.__new__(mcs, name, bases, own)
+    mro = cls.__mro__
+    first = next(i for i, k in enumerate(mro) if isinstance(k, RemoteClass) and k is not cls)
+    # the test's own class and its plain mixins ahead of the first solution class (later ones lose to it)
+    sources = [k for k in mro[:first] if k is cls or not isinstance(k, RemoteClass)]
+    entries = {}
+    for klass in reversed(sources):
+        entries.update((key, value) for key, value in vars(klass).items()
+                       if key not in _CLASS_MACHINERY and not key.startswith("_factory_"))
+    members = []
+    for key, value in entries.items():
+        if isinstance(value, staticmethod):
+            kind, parts = "static", [value.__func__]
+        elif isinstance(value, classmethod):
+            kind, parts = "class", [value.__func__]
+        elif isinstance(value, property):
+            kind, parts = "property", [value.fget, value.fset, value.fdel]
+        else:
+            kind, parts = "value", [value]
+        try:
+            members.append([key, kind, [client.encode(part) for part in parts]])
+        except (BoundaryError, WireError):  # (a module, a frame: what never crosses stays this side's only)
+            continue
+    slots = namespace.get("__slots__")
+    request = {"name": name, "qualname": str(namespace.get("__qualname__", name)),
+               "module": str(namespace.get("__module__", "")), "members": members,
+               "bases": [client.encode(b) for b in cls.__bases__ if isinstance(b, RemoteClass)],
+               "kw": [[str(k), client.encode(v)] for k, v in kwargs.items()]}
+    if slots is not None:
+        request["slots"] = client.encode([slots] if isinstance(slots, str) else list(slots))
+    key = client.request("subclass", **request)
+    if type(key) is not int:
+        raise BoundaryError(f"the solution did not make its half of the test's class {name}")
+    type.__setattr__(cls, "_factory_key", key)
+    client.proxies[key] = cls
+    for klass in mro:  # super() past the test's overrides reaches the solution's own
+        if isinstance(klass, RemoteClass) and not klass._factory_mixed and not issubclass(klass, BaseException):
+            for member in entries:
+                if member not in _own_namespace(klass):
+                    type.__setattr__(klass, member, _SolutionAttribute(klass, member))
+    return cls
 
 
 #: The text of the empty ``__init__.py`` that the trusted sandbox holds for a solution package with tests inside
@@ -1321,6 +1818,7 @@ class _Outcomes:
 
     def pytest_runtest_setup(self, item):
         _NAN["current"] = item.nodeid
+        _watch_mock_patches()
 
     def pytest_runtest_call(self, item):
         # A test function the solution decorated: the pass counts only if the test's own function ran.
@@ -1424,6 +1922,7 @@ def run_tests(settings):
     except OSError as exc:  # no agent code has run yet: this is the infrastructure's failure
         return {"infra_error": f"cannot reach the solution's process: {exc}"}
     client = SolutionClient(Channel(sock), settings.get("call_timeout", 60))
+    _CLIENT["client"] = client
     finder = SolutionFinder(client, settings["modules"])
     # Just before the path finder: after the builtin and frozen importers, ahead of namespace packages.
     path_finder = next((i for i, f in enumerate(sys.meta_path) if f is importlib.machinery.PathFinder),
@@ -1444,11 +1943,14 @@ def run_tests(settings):
 
     pytest.importorskip = importorskip
     _watch_nan_checks(pytest)
+    _watch_patches(pytest)
     outcomes = _Outcomes()
     exit_code = pytest.main(["-p", "no:cacheprovider", "-p", "no:pastebin", *settings["args"]], plugins=[outcomes])
     return {"exit": int(exit_code), "outcomes": outcomes.outcomes, "messages": outcomes.messages,
             "collection_errors": outcomes.collection_errors, "solution_error": client.broken,
-            "boundary": outcomes.boundary_entries()}
+            "boundary": outcomes.boundary_entries(),
+            # comparisons and hashes the solution's own methods decided (classes the tests name), per test
+            "solution_decided": {str(k): v for k, v in list(_DECIDED.items())[:1000]}}
 
 
 if __name__ == "__main__":

@@ -231,10 +231,6 @@ KNOWN_FAILING: dict[str, str] = {
         "isolated 120/215 pass, bare 215: 14x AssertionError: False is not true; 14x AttributeError: "
         "'int' object has no attribute 'cache'"
     ),
-    "colorama": (
-        "isolated 36/38 pass, bare 38: 2x AssertionError: False is not true (isatty_test: the test replaces "
-        "sys.stderr and sys.__stderr__ on the trusted side; the solution compares with its own)"
-    ),
     "configobj": (
         "isolated 49/75 pass, bare 75: 16x BoundaryError: <solution object ConfigObj #149> is an object "
         "of the solution: comparing it (==, <, ...) would ; 3x AssertionError: assert <class "
@@ -269,9 +265,6 @@ KNOWN_FAILING: dict[str, str] = {
     "tabulate": (
         "isolated 238/261 pass, bare 261: 7x TypeError: 'numpy.ndarray' object is not callable; 6x "
         "AssertionError (e.g. test/test_input.py::test_numpy_2d)"
-    ),
-    "termcolor": (
-        "isolated 33/65 pass, bare 65: 32x AssertionError: assert 'text' == '\\x1b[5mtext\\x1b[0m'"
     ),
     "toolz": (
         "isolated 123/180 pass, bare 180: 9x TypeError: the test's CustomMapping does not take items from "
