@@ -222,6 +222,15 @@ class TrustedFunction(TrustedObject):
         return self if obj is None else types.MethodType(self, obj)
 
 
+def _annotation_text(annotation):
+    """An annotation as text (None when there is none)."""
+    import inspect
+
+    if annotation is inspect.Parameter.empty:
+        return None
+    return str(annotation if type(annotation) is str else inspect.formatannotation(annotation))[:200]
+
+
 class _HiddenDefault:
     """The default of a test function's parameter that is not plain data: it stays on the trusted side."""
 
@@ -632,6 +641,9 @@ class SolutionServer(Endpoint):
         token = getattr(exc, "_factory_token", None)
         if type(token) is int:
             info["token"] = token
+        if isinstance(exc, SystemExit):  # (a CLI's main() calling sys.exit: the test may catch it, code and all)
+            code = exc.code
+            info["exit"] = [code if code is None or type(code) in (bool, int, str) else str(code)]
         return info
 
     # ------------------------------------------------------------ requests to the trusted side
@@ -698,6 +710,8 @@ class SolutionServer(Endpoint):
             return self.enum_members(target)
         if op == "len":
             return len(target)
+        if op == "bool":
+            return bool(target)
         if op == "iter":
             return iter(target)
         if op == "next":
@@ -769,6 +783,13 @@ class SolutionServer(Endpoint):
             return copy.deepcopy(target) if request.get("deep") else copy.copy(target)
         if op == "dir":
             return sorted(str(name) for name in dir(target))
+        if op == "signature":  # inspect.signature of a callable of the solution, as plain data
+            import inspect
+
+            signature = inspect.signature(target)
+            return [[[p.name, int(p.kind), p.default is not p.empty, None if p.default is p.empty else p.default,
+                      _annotation_text(p.annotation)] for p in signature.parameters.values()],
+                    _annotation_text(signature.return_annotation)]
         if op == "owndict":  # a module's or class's own namespace: one entry, or its names
             namespace = vars(target)
             if request.get("name") is None:
