@@ -96,6 +96,53 @@ def _generated_eq(cls):
     return False
 
 
+#: Builtin value types whose subclasses' objects cross as their builtin value (``{"bv": ...}``), compared by the
+#: trusted side with the builtin's semantics; their own methods still run here. OrderedDict and Counter first:
+#: their comparisons are not dict's.
+_VALUE_BASES = ((collections.OrderedDict, "odict"), (collections.Counter, "counter"), (str, "str"), (int, "int"),
+                (float, "float"), (bytes, "bytes"), (tuple, "tuple"), (frozenset, "frozenset"), (list, "list"),
+                (dict, "dict"), (set, "set"))
+
+
+def _value_base(kind):
+    """``(builtin, name)`` when objects of ``kind`` cross as a builtin value, else None."""
+    if issubclass(kind, (enum.Enum, BaseException, type)):
+        return None
+    for base, name in _VALUE_BASES:
+        if issubclass(kind, base) and (kind is not base or name in ("odict", "counter")):
+            return base, name
+    return None
+
+
+def _builtin_contents(value, base):
+    """The builtin value inside ``value`` (its subclass's methods bypassed): an exact str, int, ..., dict."""
+    if base is str:
+        return str.__str__(value)
+    if base is int:
+        return int.__index__(value)
+    if base is float:
+        return float.__float__(value)
+    if base is bytes:
+        return bytes(memoryview(value))
+    if base in (tuple, list, set, frozenset):
+        return base(base.__iter__(value))
+    if base is collections.OrderedDict:
+        return dict(collections.OrderedDict.items(value))
+    return dict(dict.items(value))
+
+
+def _overridden(kind, base):
+    """The names ``kind`` defines above ``base`` (its methods that the trusted side must not run as the base's)."""
+    names = set()
+    for klass in kind.__mro__:
+        if klass in base.__mro__:
+            break
+        names.update(name for name in vars(klass) if type(name) is str)
+    if "__missing__" in names:  # (a defaultdict's lookup fills it: only the solution can)
+        names.add("__getitem__")
+    return sorted(names)[:500]
+
+
 def _is_namedtuple(value):
     cls = type(value)
     fields = getattr(cls, "_fields", None)
@@ -107,12 +154,19 @@ def _is_namedtuple(value):
 #: This process's halves of the tests' classes deriving from solution classes: id(class) -> handle key, and back.
 _MIXED_KEYS = {}
 _MIXED_CLASSES = {}
+#: This process's server (one trusted peer per process).
+_SERVER = []
 
 
 def _mixed_class(key):
     """The half of a test's class with handle ``key`` (what a pickle of its objects names: the test's module is
     not importable here)."""
     return _MIXED_CLASSES[key]
+
+
+def _trusted_unpickle(token):
+    """A copy of a test's object pickled inside a solution object (the trusted side loads its own bytes)."""
+    return _SERVER[0].request("unpickle", token=token)
 
 
 def _pickle(obj, protocol):
@@ -125,6 +179,8 @@ def _pickle(obj, protocol):
             if isinstance(value, type) and _MIXED_KEYS.get(id(value)) is not None and \
                     _MIXED_CLASSES.get(_MIXED_KEYS[id(value)]) is value:
                 return _mixed_class, (_MIXED_KEYS[id(value)],)
+            if type(value) is TrustedObject or type(value) is TrustedFunction:  # pickled there, kept there
+                return _trusted_unpickle, (value._op("pickle"),)
             return NotImplemented
 
     buffer = io.BytesIO()
@@ -222,6 +278,15 @@ class TrustedFunction(TrustedObject):
         return self if obj is None else types.MethodType(self, obj)
 
 
+class _AnnotationText(str):
+    """An annotation that crossed as text: shown as the name it is (``x: int``), not as a quoted string."""
+
+    __slots__ = ()
+
+    def __repr__(self):
+        return str(self)
+
+
 def _annotation_text(annotation):
     """An annotation as text (None when there is none)."""
     import inspect
@@ -280,7 +345,7 @@ def _mirror_function(server, key, described):
                 else:
                     defaults.append(value)
             if type(annotation) is str:
-                annotations[name] = annotation[:200]
+                annotations[name] = _AnnotationText(annotation[:200])
             names.append(name)
             previous = kind
         if previous == _POSITIONAL_ONLY:
@@ -318,7 +383,7 @@ def _mirror_function(server, key, described):
         made.__defaults__ = tuple(defaults) or None
         made.__kwdefaults__ = kwdefaults or None
         if type(described.get("ret")) is str:
-            annotations["return"] = described["ret"][:200]
+            annotations["return"] = _AnnotationText(described["ret"][:200])
         made.__annotations__ = annotations
         for attribute in ("name", "qualname", "module", "doc"):
             value = described.get(attribute)
@@ -345,6 +410,67 @@ class _LogRelay(logging.Handler):
                                  str(record.pathname)[:300], int(record.lineno or 0)])
 
 
+#: Run-ahead of an iterator the test consumes (:meth:`SolutionServer.run_ahead`): at most this many items,
+#: this many bytes and this many seconds of the copy's time per batch; the copy is killed past the last bound.
+_AHEAD_ITEMS = 8192
+_AHEAD_BYTES = 1 << 20
+_AHEAD_SECONDS = 0.02
+_AHEAD_KILL_SECONDS = 0.25
+_AHEAD_CHUNK = 32
+#: Audit events a step of the copy may raise: this process's own business, invisible to the test.
+_AHEAD_QUIET_EVENTS = frozenset({
+    "object.__getattr__", "object.__setattr__", "object.__delattr__", "compile", "exec", "import",
+    "sys._getframe", "sys._getframemodulename", "code.__new__", "function.__new__", "builtins.id",
+    "marshal.loads", "marshal.dumps", "array.__new__", "gc.get_referrers", "gc.get_referents", "gc.get_objects",
+    "os.putenv", "os.unsetenv", "pickle.find_class", "copyreg.__reduce_ex__"})
+#: Modules whose C functions read or change the world outside this process (files, clocks, signals, ...);
+#: a step calling one is not produced ahead. Their harmless functions are listed apart.
+_AHEAD_WORLD_MODULES = frozenset({"posix", "nt", "time", "select", "signal", "fcntl", "resource", "_socket",
+                                  "mmap", "termios", "_posixsubprocess", "faulthandler", "_thread", "msvcrt"})
+_AHEAD_HARMLESS = frozenset({"fspath", "urandom", "cpu_count", "strerror", "getcwd", "putenv", "unsetenv",
+                             "allocate_lock", "RLock", "get_ident", "get_native_id", "WIFEXITED", "WEXITSTATUS",
+                             "WIFSIGNALED", "WTERMSIG"})
+
+
+class _Ahead(BaseException):
+    """A step of the copy that runs ahead did something the test could see: that item is not produced ahead."""
+
+
+def _clock_reader(function):
+    """Whether ``function`` (a C function a step called) reads a clock of the datetime module."""
+    owner = getattr(function, "__self__", None)
+    return isinstance(owner, type) and issubclass(owner, datetime.date) and \
+        getattr(function, "__name__", "") in ("now", "utcnow", "today", "fromtimestamp", "utcfromtimestamp")
+
+
+def _ahead_watch(state):
+    """The copy's audit hook and profile function: any effect outside the process, any read of the world
+    (files, clocks, streams, sockets) during a step taints it (``state["tainted"]``)."""
+    import _socket
+
+    local_io = (io.BytesIO, io.StringIO)
+
+    def audit(event, args):
+        if state["active"] and event not in _AHEAD_QUIET_EVENTS:
+            state["tainted"] = True
+            raise _Ahead(event)
+
+    def profile(frame, event, function):
+        if event != "c_call" or not state["active"]:
+            return
+        owner = getattr(function, "__self__", None)
+        if isinstance(owner, types.ModuleType):
+            world = owner.__name__ in _AHEAD_WORLD_MODULES and \
+                getattr(function, "__name__", "") not in _AHEAD_HARMLESS
+        else:
+            world = (isinstance(owner, (io.IOBase, _socket.socket)) and not isinstance(owner, local_io)) \
+                or _clock_reader(function)
+        if world:
+            state["tainted"] = True
+
+    return audit, profile
+
+
 class SolutionServer(Endpoint):
     """Objects of the solution, kept by handle, and the operations on them."""
 
@@ -363,8 +489,14 @@ class SolutionServer(Endpoint):
         self.mirrored = {}  # (module, attribute) -> this side's value before the test's replaced it
         self.mirrored_as = {}  # (module, attribute) -> what the trusted side last sent for it
         self.lock = threading.RLock()  # the solution's threads calling the test's callbacks take turns
+        self.speculating = None  # in a copy running an iterator ahead: its watch state (see run_ahead)
+        self.ahead_failures = 0
+        _SERVER[:] = [self]
 
     def exchange(self, request):
+        if self.speculating is not None:  # a copy running ahead never asks the test: the item is not produced
+            self.speculating["tainted"] = True
+            raise _Ahead("a request to the trusted side")
         with self.lock:
             return super().exchange(request)
 
@@ -477,6 +609,8 @@ class SolutionServer(Endpoint):
     def handle_of(self, obj, live=False):
         key = id(obj)
         if key not in self.ids:
+            if self.speculating is not None:  # a copy's new handle would name nothing in this process
+                raise _Ahead("a new handle")
             self.ids[key] = len(self.objects) + 1
             self.objects[self.ids[key]] = obj
         handle = {"h": self.ids[key], "type": type(obj).__name__}
@@ -500,6 +634,8 @@ class SolutionServer(Endpoint):
         elif callable(obj):
             handle["k"] = "callable"
             handle["name"] = getattr(obj, "__qualname__", type(obj).__name__)
+            if isinstance(obj, types.FunctionType):
+                handle["bind"] = True  # a class attribute of the test's binds to its objects, as a function does
         else:
             handle["k"] = "object"
         if not isinstance(obj, type) and _MIXED_KEYS.get(id(type(obj))) is not None:
@@ -532,6 +668,10 @@ class SolutionServer(Endpoint):
                            bool(params.order), bool(params.frozen)]}
         if isinstance(value, datetime.tzinfo):
             return self.zone_of(value)
+        found = _value_base(kind)
+        if found is not None:
+            return {"bv": [self.handle_of(value), self.handle_of(kind), kind.__name__, found[1],
+                           nested(_builtin_contents(value, found[0])), _overridden(kind, found[0])]}
         if kind in (type, types.BuiltinFunctionType) and getattr(builtins, getattr(value, "__name__", ""),
                                                                   None) is value:
             return {"bi": value.__name__}
@@ -748,6 +888,11 @@ class SolutionServer(Endpoint):
             return [] if result is NotImplemented else [result]
         if op == "hash":
             return hash(target)
+        if op == "bvalue":  # the builtin value inside an object that crosses as one, as it is now
+            found = _value_base(type(target))
+            if found is None:
+                raise TypeError("not a builtin value")
+            return _builtin_contents(target, found[0])
         if op == "unop":
             import operator
 
@@ -830,6 +975,7 @@ class SolutionServer(Endpoint):
         return key
 
     def serve_one(self, request):
+        self.catch_up(request)
         self.apply_context(request)
         refs = Refs()
         try:
@@ -849,12 +995,186 @@ class SolutionServer(Endpoint):
             except BaseException:
                 reply = {"exc": {"type": "Exception", "builtin": True, "cls": None,
                                  "message": "the solution raised an exception that could not be described"}}
+        ahead = request.get("ahead")
+        if request.get("op") == "next" and "ok" in reply and type(ahead) is int:
+            try:
+                reply["more"] = self.run_ahead(self.resolve(request["h"]), min(ahead, _AHEAD_ITEMS) - 1)
+            except Exception:  # noqa: BLE001 -- no items ahead; the one asked for is answered
+                pass
         if refs.objects:
             try:
                 reply["wb"] = states_of(refs, getattr(refs, "before", []), self.nested_encoder(refs))
             except BaseException:
                 pass
         return reply
+
+    # ------------------------------------------------------------ run-ahead of iterators
+
+    def incoming(self, message):
+        if type(message) is dict and "took" in message:
+            self.catch_up(message)
+        return message
+
+    def catch_up(self, message):
+        """Advance this process's iterators by the items the test took from their runs ahead, in its order.
+
+        Called before anything else a message asks or answers: what the test can observe of this process
+        (module state, an iterator's position, a generator's ``close()``) is then exactly where in-process
+        consumption would have left it; the values were computed by a copy (:meth:`run_ahead`).
+        """
+        took = message.pop("took", None)
+        if type(took) is not list:
+            return
+        for entry in took[:100_000]:
+            if type(entry) is not list or len(entry) != 2 or type(entry[1]) is not int:
+                continue
+            target = self.objects.get(entry[0])
+            for _ in range(min(entry[1], _AHEAD_ITEMS)):
+                try:
+                    next(target)
+                except BaseException:  # the copy's items ended here too, unless the iterator is not deterministic
+                    break
+
+    def run_ahead(self, target, count):
+        """Up to ``count`` further items of ``target``, produced by a forked copy of this process.
+
+        This process does not advance: the trusted side hands the items to the test one ``next()`` at a time
+        and reports how many it took with its next message (:meth:`catch_up`). The copy stops before the
+        first item whose step would make a request to the trusted side (a test's object), print, log or
+        warn, touch the world outside the process (audit events: files, processes, sockets, sleeping) or read
+        it (files, clocks, streams: C calls seen by a profile function), return an object that would need a
+        new handle, or raise anything but ``StopIteration`` (which ends the run, as an ``end`` entry). Output
+        of the copy goes nowhere: its descriptors are closed but the result pipe.
+
+        Returns:
+            The entries (``{"i": value}`` or ``{"end": exception}``), possibly none.
+        """
+        if count < 1 or self.ahead_failures >= 3:
+            return []
+        import select
+        import time
+
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        random = sys.modules.get("random")  # it reseeds itself in a forked child: the copy gets this state back
+        rng = random.getstate() if random is not None else None
+        read_end, write_end = os.pipe()
+        try:
+            pid = os.fork()
+        except OSError:
+            self.ahead_failures += 1
+            os.close(read_end)
+            os.close(write_end)
+            return []
+        if pid == 0:
+            try:
+                os.close(read_end)
+                if rng is not None:
+                    random.setstate(rng)
+                self.produce_ahead(target, count, write_end)
+            finally:
+                os._exit(0)
+        os.close(write_end)
+        data = bytearray()
+        deadline = time.monotonic() + _AHEAD_KILL_SECONDS
+        try:
+            while len(data) <= 2 * _AHEAD_BYTES:
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([read_end], [], [], left)[0]:
+                    break
+                chunk = os.read(read_end, 1 << 16)
+                if not chunk:
+                    break
+                data += chunk
+        finally:
+            os.close(read_end)
+            try:
+                os.kill(pid, 9)
+            except OSError:
+                pass
+            try:
+                os.waitpid(pid, 0)
+            except OSError:
+                pass
+        import json
+
+        entries = []
+        for line in bytes(data).split(b"\n")[:-1]:  # complete chunks only: a killed copy's last may be cut
+            entries.extend(json.loads(line))
+        return entries[:count]
+
+    def produce_ahead(self, target, count, out):
+        """In the forked copy: write the entries of :meth:`run_ahead`, one JSON line each, to ``out``."""
+        import json
+        import time
+
+        sink = os.open(os.devnull, os.O_RDONLY)
+        try:
+            detect = os.memfd_create("ahead")  # the copy's output, only to see that there was some
+        except (AttributeError, OSError):
+            detect = os.dup(tempfile.TemporaryFile().fileno())  # noqa: SIM115
+        os.dup2(detect, 1)
+        os.dup2(detect, 2)
+        os.dup2(sink, 0)
+        os.closerange(3, out)
+        os.closerange(out + 1, 1 << 16)
+        state = {"active": False, "tainted": False}
+        audit, profile = _ahead_watch(state)
+        sys.addaudithook(audit)
+        self.speculating = state
+        started, written, chunk = time.monotonic(), 0, []
+
+        def send(entries):
+            view = memoryview(json.dumps(entries, separators=(",", ":")).encode() + b"\n")
+            while view:
+                view = view[os.write(out, view):]
+
+        logs, warns = len(self.logs), len(self.warns)
+        for _ in range(count):
+            end = None
+            sys.setprofile(profile)  # only around the step: the copy's own work is not watched
+            state["active"] = True
+            try:
+                item = next(target)
+            except StopIteration as exc:
+                end = exc
+            except BaseException:
+                break
+            finally:
+                state["active"] = False
+                sys.setprofile(None)
+            if state["tainted"]:
+                break
+            try:
+                entry = {"end": self.encode_exception(end)} if end is not None else {"i": self.encode(item)}
+            except BaseException:  # a new handle, or a value that cannot cross
+                break
+            chunk.append(entry)
+            written += 16 if type(entry.get("i")) is not dict else 64
+            last = end is not None or written > _AHEAD_BYTES or time.monotonic() - started > _AHEAD_SECONDS
+            if last or len(chunk) >= _AHEAD_CHUNK:
+                # Output, logs and warnings are looked for once per chunk: a chunk with any is dropped whole.
+                if not self.quiet_since(logs, warns):
+                    return
+                send(chunk)
+                chunk = []
+            if last:
+                return
+        if chunk and self.quiet_since(logs, warns):
+            send(chunk)
+
+    def quiet_since(self, logs, warns):
+        """In the copy: whether its steps so far printed, logged and warned nothing."""
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except BaseException:
+                return False
+        return len(self.logs) == logs and len(self.warns) == warns and not os.fstat(1).st_size \
+            and not os.fstat(2).st_size
 
     def nested_encoder(self, refs):
         return lambda item: self.encode(item, refs)

@@ -19,13 +19,17 @@ live container (a list, dict, set or bytearray an attribute read returned:
 module state, whose changes are made in the solution), or a handle
 (:class:`RemoteObject`, or a :class:`RemoteClass` for classes) whose
 methods run in the solution's process. A handle cannot be compared,
-hashed by value, truth-tested, or passed anything
+hashed by value, or passed anything
 but plain data and other handles: each of those raises
 :class:`BoundaryError`, a ``BaseException`` so that neither ``except
 Exception`` nor ``pytest.raises(Exception)`` in a test swallows it, and the
-test fails saying why. Exceptions raised by the solution arrive as builtin
-``Exception`` classes by name (never ``BaseException``: a solution cannot
-skip, exit or interrupt the run) or as stand-in classes for its own.
+test fails saying why (its truth value is the solution's plain bool, no more
+than a function returning one). Exceptions raised by the solution arrive as
+builtin ``Exception`` classes by name (never another ``BaseException``: a
+solution cannot skip or interrupt the run) or as stand-in classes for its
+own; its ``SystemExit`` arrives as one, with its code, only where the tests'
+own code made the call (``pytest.raises(SystemExit)`` around ``main()``;
+uncaught, pytest fails that test), never inside pytest's machinery.
 
 The test's own objects passed to the solution (key functions, callbacks,
 mocks, files, test functions a decorator of the solution wraps) cross as
@@ -177,6 +181,8 @@ def _has_nan(value, depth=0):
     kind = type(value)
     if kind is float:
         return value != value
+    if isinstance(value, float):  # a float subclass of the solution's, as its builtin value
+        return float.__ne__(value, value)
     if kind is complex:
         return value.real != value.real or value.imag != value.imag
     if depth >= 50:
@@ -228,6 +234,10 @@ _SAFE_BUILTINS = frozenset({
     "chr", "any", "all", "divmod", "pow", "hash", "enumerate", "zip", "map", "filter", "iter", "next"})
 _LIVE_BASES = (list, dict, set, bytearray)
 _PYTEST_ENV = ("PYTEST_", "_PYTEST")
+#: Items a solution iterator's process is asked to produce ahead: the first time, and at most (times 4 each
+#: time the test took them all and asked again).
+_AHEAD_FIRST = 64
+_AHEAD_MOST = 4096
 #: Attribute names of a test's object the solution may never read, whatever their prefix.
 _HIDDEN_PREFIXES = ("_", "gi_", "cr_", "ag_", "f_", "tb_", "co_", "pytest")
 _NAME_DUNDERS = frozenset({"__name__", "__qualname__", "__doc__", "__module__"})
@@ -249,6 +259,15 @@ def _no_reverse(value):
             "TopRequest", "PytestPluginManager", "Function", "Module", "Class"):
         return f"pytest's {type(value).__name__} cannot be passed to the solution"
     return None
+
+
+class _AnnotationText(str):
+    """An annotation that crossed as text: shown as the name it is (``x: int``), not as a quoted string."""
+
+    __slots__ = ()
+
+    def __repr__(self):
+        return str(self)
 
 
 def _plain_default(value, depth=0):
@@ -401,31 +420,55 @@ class SolutionClient(Endpoint):
         self.named, self.makers, self.made, self.tainted = set(), set(), set(), set()
         self.class_of = {}
         self.decoding_made = False
+        self.value_classes = {}
         self.zones = {}
         self.base_env = dict(os.environ)
         self.sent_env = None
         self.sent_cwd = None
+        self.seen_env = self.seen_cwd = None  # os.environ's raw data and the directory as last looked at
+        self.ahead = {}  # key of a solution iterator -> the entries its process produced ahead (next_item)
+        self.taken = []  # [[key, count]]: entries taken since the last message, in the order taken
+        self.streak = (None, 0)  # the iterator the last requests were next() on, and how many in a row
+        self.last_reply = None
         self.sent_modules = ()  # the values last sent (held, so that their ids stay theirs)
         self.stream_only = {}  # key -> whether a stream the solution got as its sys.stdin (etc.) is read
         self.root = os.getcwd()  # the trusted workspace: a working directory inside it crosses relative to it
+        self.pickled = []  # the test's objects the solution pickled (it holds their index, never the bytes)
 
     # ------------------------------------------------------------ protocol
 
     def outgoing(self, message):
+        # Whatever goes to the solution lets it act: it first catches up with the items the test took from
+        # runs ahead, and the rest of them are dropped (they were computed from the state before).
+        if self.taken:
+            message["took"], self.taken = self.taken, []
+        self.ahead.clear()
+        if message.get("op") == "next" and type(message.get("h")) is dict:
+            key = message["h"].get("h")
+            self.streak = (key, self.streak[1] + 1 if self.streak[0] == key else 1)
+        else:
+            self.streak = (None, 0)
         if "op" in message and self.depth <= 1:
             # What the tests set; never pytest's own variables (PYTEST_CURRENT_TEST names the running test,
             # and with it its parameters: an answer key).
-            env = {"set": {k: v for k, v in os.environ.items()
-                           if self.base_env.get(k) != v and not k.upper().startswith(_PYTEST_ENV)},
-                   "unset": [k for k in self.base_env if k not in os.environ]}
-            if env != self.sent_env:
-                message["env"] = self.sent_env = env
+            # Compared raw first (one dict comparison): most requests come with nothing changed.
+            raw_env = getattr(os.environ, "_data", None)
+            if raw_env is None or raw_env != self.seen_env:
+                self.seen_env = dict(raw_env) if raw_env is not None else None
+                env = {"set": {k: v for k, v in os.environ.items()
+                               if self.base_env.get(k) != v and not k.upper().startswith(_PYTEST_ENV)},
+                       "unset": [k for k in self.base_env if k not in os.environ]}
+                if env != self.sent_env:
+                    message["env"] = self.sent_env = env
             try:
-                cwd = cwd_to_wire(os.getcwd(), self.root)
+                raw_cwd = os.getcwd()
             except OSError:
-                cwd = None
-            if cwd != self.sent_cwd:
-                message["cwd"] = self.sent_cwd = cwd
+                raw_cwd = None
+            if raw_cwd != self.seen_cwd:
+                self.seen_cwd = raw_cwd
+                cwd = cwd_to_wire(raw_cwd, self.root) if raw_cwd is not None else None
+                if cwd != self.sent_cwd:
+                    message["cwd"] = self.sent_cwd = cwd
             state = _module_state()
             if len(state) != len(self.sent_modules) or any(
                     a[:2] != b[:2] or a[2] is not b[2] for a, b in zip(state, self.sent_modules)):
@@ -511,7 +554,7 @@ class SolutionClient(Endpoint):
         outermost = self.depth == 0
         try:
             self.channel.sock.settimeout(self.call_timeout)
-            reply = self.exchange(message)
+            reply = self.last_reply = self.exchange(message)
         except TimeoutError:
             self.broken = f"the solution did not answer within {self.call_timeout:.0f}s"
             raise SolutionUnavailable(self.broken) from None
@@ -560,6 +603,69 @@ class SolutionClient(Endpoint):
             _NAN["received"].add(_NAN["current"])
         return value
 
+    # ------------------------------------------------------------ the solution's iterators, run ahead
+
+    def next_item(self, key):
+        """``next()`` of the solution's iterator ``key``: an item its process produced ahead, or a request.
+
+        After two ``next()`` requests in a row on the same iterator, the third asks the solution for more
+        items ahead (``SolutionServer.run_ahead``: computed by a copy of its process, so the solution itself
+        does not advance). They are handed out here one ``next()`` at a time, only while nothing else goes
+        to the solution and the test's environment, directory and mirrored modules are unchanged; the next
+        message to the solution says how many were taken (``took``), and the solution advances its iterator
+        that far before it does anything else. Whatever is left is dropped then.
+        """
+        queue = self.ahead.get(key)
+        if queue and not self.context_changed():
+            entry = queue.popleft()
+            self.epoch += 1  # a live container's contents may have changed with the step: read it afresh
+            if self.taken and self.taken[-1][0] == key:
+                self.taken[-1][1] += 1
+            else:
+                self.taken.append([key, 1])
+            if "end" in entry:
+                raise self.exception(entry["end"])
+            try:
+                value = self.decode(entry["i"])
+            except _RefusedBuiltin as exc:
+                raise BoundaryError(f"the solution's answer holds a {exc}: the call fails") from None
+            except WireError as exc:
+                self.broken = f"the solution broke the protocol ({exc})"
+                raise SolutionUnavailable(self.broken) from None
+            if _has_nan(value):
+                _NAN["received"].add(_NAN["current"])
+            return value
+        streak = self.streak[1] if self.streak[0] == key else 0
+        ask = min(_AHEAD_FIRST * 4 ** (streak - 2), _AHEAD_MOST) if streak >= 2 else 0
+        value = self.request("next", h={"h": key}, **({"ahead": ask} if ask else {}))
+        more = self.last_reply.get("more") if ask and type(self.last_reply) is dict else None
+        if type(more) is list and 0 < len(more) < ask:
+            entries = collections.deque()
+            for entry in more:
+                if type(entry) is not dict or len(entry) != 1 or not ("i" in entry or "end" in entry):
+                    entries.clear()  # not what was asked for: none of it is used
+                    break
+                entries.append(entry)
+                if "end" in entry:
+                    break
+            if entries:
+                self.ahead[key] = entries
+        return value
+
+    def context_changed(self):
+        """Whether the test changed its environment, directory or mirrored modules since the last request."""
+        raw_env = getattr(os.environ, "_data", None)
+        if raw_env is None or raw_env != self.seen_env:
+            return True
+        try:
+            if os.getcwd() != self.seen_cwd:
+                return True
+        except OSError:
+            return True
+        state = _module_state()
+        return len(state) != len(self.sent_modules) or any(
+            a[:2] != b[:2] or a[2] is not b[2] for a, b in zip(state, self.sent_modules))
+
     def decode(self, data, refs=None):
         return decode_value(data, self.proxy, refs=refs, objects=self.objects_from)
 
@@ -605,6 +711,8 @@ class SolutionClient(Endpoint):
             return _snapshot(self, body, nested)
         if tag == "tzo":
             return self.zone(body)
+        if tag == "bv":
+            return _builtin_value(self, body, nested)
         if tag == "en":
             if type(body) is not list or len(body) != 4 or type(body[1]) is not str:
                 raise WireError("malformed enum member")
@@ -785,6 +893,13 @@ class SolutionClient(Endpoint):
     def reverse(self, request, refs):
         """One operation of the solution on an object of the test it was handed."""
         op = request.get("op")
+        if op == "unpickle":  # a test's object the solution pickled: loaded from this side's own bytes, by token
+            token = request.get("token")
+            if type(token) is not int or not 0 <= token < len(self.pickled):
+                raise WireError("unknown pickle token")
+            import pickle
+
+            return pickle.loads(self.pickled[token])
         try:
             target = self.exported[request["rh"]]
         except (KeyError, TypeError):
@@ -794,6 +909,11 @@ class SolutionClient(Endpoint):
                 op == "getattr" and request.get("name") in (_STDIN_API if reading else _STREAM_API))):
             raise AttributeError(f"the test's stream is the solution's to {'read' if reading else 'write'}, not to "
                                  f"{'read ' + str(request.get('name'))[:40] if op == 'getattr' else str(op)[:20]}")
+        if op == "pickle":  # (the solution pickling an object that holds it): kept here, the solution gets a token
+            import pickle
+
+            self.pickled.append(pickle.dumps(target, protocol=pickle.HIGHEST_PROTOCOL))
+            return len(self.pickled) - 1
         if op == "call":
             if type(request.get("a")) is not list or type(request.get("k")) is not list:
                 raise WireError("malformed call")
@@ -883,6 +1003,8 @@ class SolutionClient(Endpoint):
             mixed = self.proxies.get(data.get("mixed")) if type(data.get("mixed")) is int else None
             if isinstance(mixed, RemoteClass) and issubclass(mixed, _MixedObject):  # an object of a test's class
                 made = mixed._factory_new(self, key, _safe_name(data.get("type"), "object"), kind == "callable")
+            elif kind == "callable" and data.get("bind") is True:
+                made = _RemoteFunction(self, key, _safe_name(data.get("type"), "object"), callable_=True)
             else:
                 made = RemoteObject(self, key, _safe_name(data.get("type"), "object"), callable_=kind == "callable")
         self.proxies[key] = made
@@ -1164,6 +1286,171 @@ def _live_class(base):
 
 _LIVE_TYPES = {base.__name__: _live_class(base) for base in (list, dict, set, bytearray)}
 
+#: The builtin values an object of a subclass of a builtin crosses as (see _builtin_value).
+_VALUE_TYPES = {"str": str, "int": int, "float": float, "bytes": bytes, "tuple": tuple, "frozenset": frozenset,
+                "list": list, "dict": dict, "set": set, "odict": collections.OrderedDict,
+                "counter": collections.Counter}
+_MUTABLE_VALUES = frozenset({"list", "dict", "set", "odict", "counter"})
+_VALUE_WRITERS = frozenset({"append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse", "__setitem__",
+                            "__delitem__", "add", "discard", "update", "setdefault", "popitem", "difference_update",
+                            "intersection_update", "symmetric_difference_update", "__iadd__", "__ior__", "__iand__",
+                            "__isub__", "__ixor__", "__imul__", "move_to_end", "subtract"})
+_VALUE_COMPARISONS = ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__")
+#: Never the solution's, never rewrapped: comparison and hash stay the builtin's, the rest is the proxy's own.
+_VALUE_KEPT = frozenset({*_VALUE_COMPARISONS, "__hash__", "__new__", "__init__", "__getattribute__", "__getattr__",
+                         "__setattr__", "__delattr__", "__class__", "__reduce__", "__reduce_ex__", "__getstate__",
+                         "__setstate__", "__init_subclass__", "__subclasshook__", "__sizeof__", "__dir__",
+                         "__getnewargs__", "__class_getitem__", "__doc__", "__module__", "__dict__", "__weakref__",
+                         "__slots__", "__copy__", "__deepcopy__", "__format__", "__bool__", "fromkeys",
+                         "maketrans"})
+
+
+class _BuiltinValue:
+    """Mixin for an object of a solution class deriving from a builtin value type (a ``dict`` subclass such as
+    a config section, a ``str`` or ``tuple`` subclass): here it *is* that builtin, holding the value the
+    solution's object holds, so ``==``, ``<``, ``hash``, ``isinstance(x, dict)`` are the builtin's, computed
+    here on plain data, whatever the class overrides (a subclass cannot forge equality). The methods the class
+    defines itself, and every change to a mutable one, run on the object in the solution's process; the
+    contents of a mutable one are refreshed from there before each read that follows a call.
+    """
+
+    def _factory_handle_of(self):
+        return {"h": self._factory_key}
+
+    def _factory_remote(self):
+        return RemoteObject(self._factory_client, self._factory_key, type(self).__name__)
+
+    def _factory_call(self, name, args, kwargs):
+        method = self._factory_remote()._op("getattr", name=name)
+        return method(*args, **kwargs)
+
+    def _factory_refresh(self):
+        if type(self)._factory_kind in _MUTABLE_VALUES and self._factory_epoch != self._factory_client.epoch:
+            contents = self._factory_client.request("bvalue", h=self._factory_handle_of())
+            self._factory_fill(contents)
+
+    def _factory_fill(self, contents):
+        base = type(self)._factory_base
+        if type(contents) is not (dict if issubclass(base, dict) else base):
+            raise WireError(f"a {base.__name__} value of another type")
+        if base is collections.OrderedDict:
+            collections.OrderedDict.clear(self)
+            for key, value in contents.items():
+                collections.OrderedDict.__setitem__(self, key, value)
+        elif issubclass(base, dict):
+            dict.clear(self)
+            dict.update(self, contents)
+        elif base is set:
+            set.clear(self)
+            set.update(self, contents)
+        elif base is list:
+            list.__setitem__(self, slice(None), contents)
+        object.__setattr__(self, "_factory_epoch", self._factory_client.epoch)
+
+    @property
+    def __class__(self):  # ``x.__class__ is pkg.Section`` in a test: the solution's class (see RemoteObject)
+        if not _by_test(sys._getframe(1)):
+            return type(self)
+        cls = self._factory_remote()._op("getattr", name="__class__")
+        return cls if isinstance(cls, type) else type(self)
+
+    def __getattr__(self, name):
+        if name.startswith("_factory") or (name.startswith("__") and name.endswith("__")):
+            raise AttributeError(name)
+        return getattr(self._factory_remote(), name)
+
+    def __setattr__(self, name, value):
+        setattr(self._factory_remote(), name, value)
+
+    def __delattr__(self, name):
+        delattr(self._factory_remote(), name)
+
+
+def _value_class(base, kind, name, overridden):
+    """The proxy class for one solution class deriving from ``base`` (see :class:`_BuiltinValue`)."""
+    mutable = kind in _MUTABLE_VALUES
+    namespace = {"_factory_base": base, "_factory_kind": kind, "__module__": "solution"}
+
+    def forward(method_name):
+        def method(self, *args, **kwargs):
+            return self._factory_call(method_name, args, kwargs)
+        method.__name__ = method_name
+        return method
+
+    def reader(method_name):
+        own = getattr(base, method_name)
+
+        def method(self, *args, **kwargs):
+            self._factory_refresh()
+            return own(self, *args, **kwargs)
+        method.__name__ = method_name
+        return method
+
+    def comparison(method_name):
+        own = getattr(base, method_name)
+
+        def method(self, other):
+            self._factory_refresh()
+            if isinstance(other, _BuiltinValue):
+                other._factory_refresh()
+            return own(self, other)
+        method.__name__ = method_name
+        return method
+
+    for method_name in dir(base):
+        if method_name in _VALUE_KEPT or not callable(getattr(base, method_name, None)):
+            continue
+        if method_name in overridden or (mutable and method_name in _VALUE_WRITERS):
+            namespace[method_name] = forward(method_name)
+        elif mutable:
+            namespace[method_name] = reader(method_name)
+    if mutable:
+        for method_name in _VALUE_COMPARISONS:
+            namespace[method_name] = comparison(method_name)
+        namespace["__hash__"] = None
+    for method_name in ("__repr__", "__str__"):
+        if method_name in overridden:
+            def text(self, _name=method_name):
+                result = self._factory_call(_name, (), {})
+                if type(result) is not str:
+                    raise BoundaryError(f"the solution's {type(self).__name__}.{_name} answered with a "
+                                        f"{type(result).__name__}")
+                return result
+            namespace[method_name] = text
+    return type(name, (_BuiltinValue, base), namespace)
+
+
+def _builtin_value(client, body, nested):
+    """An object of a solution class deriving from a builtin value type, from ``[object, class, name, builtin,
+    value, names the class defines]``: one proxy per solution object (``is`` holds), its value refreshed."""
+    if type(body) is not list or len(body) != 6 or body[3] not in _VALUE_TYPES or type(body[5]) is not list:
+        raise WireError("malformed builtin value")
+    origin, cls_handle, name, kind, data, names = body
+    try:
+        key, cls_key = int(origin["h"]), int(cls_handle["h"])
+    except (KeyError, TypeError, ValueError):
+        raise WireError("malformed builtin value") from None
+    base = _VALUE_TYPES[kind]
+    contents = nested(data)
+    if type(contents) is not (dict if issubclass(base, dict) else base):
+        raise WireError(f"a {kind} value of another type")
+    cls = client.value_classes.get((cls_key, kind))
+    if cls is None:
+        overridden = frozenset(n for n in names[:500] if type(n) is str)
+        cls = client.value_classes[(cls_key, kind)] = _value_class(base, kind, _safe_name(name, kind), overridden)
+    made = client.proxies.get(key)
+    if type(made) is cls:
+        if kind in _MUTABLE_VALUES:
+            made._factory_fill(contents)
+        return made
+    made = cls.__new__(cls) if kind in _MUTABLE_VALUES else cls.__new__(cls, contents)
+    object.__setattr__(made, "_factory_client", client)
+    object.__setattr__(made, "_factory_key", key)
+    if kind in _MUTABLE_VALUES:
+        made._factory_fill(contents)
+    client.proxies[key] = made
+    return made
+
 
 def _probe(read, name):
     """An attribute read of a handle. When pytest's own code probes one (collecting fixtures and tests,
@@ -1279,10 +1566,10 @@ def _remote_signature(remote):
         params, returns = described
         parameters = [inspect.Parameter(
             str(name), inspect._ParameterKind(kind), default=default if has_default is True else inspect.Parameter.empty,
-            annotation=annotation if type(annotation) is str else inspect.Parameter.empty)
+            annotation=_AnnotationText(annotation) if type(annotation) is str else inspect.Parameter.empty)
             for name, kind, has_default, default, annotation in params[:255]]
-        return inspect.Signature(parameters,
-                                 return_annotation=returns if type(returns) is str else inspect.Signature.empty)
+        return inspect.Signature(parameters, return_annotation=_AnnotationText(returns) if type(returns) is str
+                                 else inspect.Signature.empty)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"the solution described a malformed signature for {remote._factory_describe()}: "
                          f"{str(exc)[:200]}") from None
@@ -1295,6 +1582,29 @@ def _comparison(name):
     return method
 
 
+#: Dunder attributes of the solution's objects a test may read (names and a function's metadata: what comes back is
+#: plain data or handles, read here as data).
+_DATA_DUNDERS = frozenset({"__name__", "__doc__", "__qualname__", "__module__", "__annotations__", "__defaults__",
+                           "__kwdefaults__", "__version__", "__all__"})
+
+
+class _Forwarded(str):
+    """``__doc__`` and ``__module__`` of :class:`RemoteObject`: the class's own text, and on a handle the
+    solution object's (as data; a class attribute would otherwise answer for every handle)."""
+
+    def __get__(self, obj, cls=None):
+        if obj is None:
+            return self
+        name = self.__dict__["attribute"]
+        return _probe(lambda: obj._op("getattr", name=name), name)
+
+
+def _forwarded(text, attribute):
+    made = _Forwarded(text)
+    made.__dict__["attribute"] = attribute
+    return made
+
+
 class RemoteObject:
     """A handle on an object that lives in the solution's process."""
 
@@ -1305,6 +1615,12 @@ class RemoteObject:
         object.__setattr__(self, "_key", key)
         object.__setattr__(self, "_type", type_name)
         object.__setattr__(self, "_callable", callable_)
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "_forwarded" in globals():
+            cls.__doc__ = _forwarded(cls.__doc__ or "", "__doc__")
+            cls.__module__ = _forwarded(cls.__module__, "__module__")
 
     def _factory_handle_of(self):
         return {"h": object.__getattribute__(self, "_key")}
@@ -1349,8 +1665,7 @@ class RemoteObject:
             return wrapped
         if name == "__signature__":
             return _remote_signature(self)
-        if name.startswith("__") and name.endswith("__") and name not in ("__name__", "__doc__", "__qualname__",
-                                                                          "__module__"):
+        if name.startswith("__") and name.endswith("__") and name not in _DATA_DUNDERS:
             raise AttributeError(name)
         return _probe(lambda: self._op("getattr", name=name), name)
 
@@ -1373,7 +1688,7 @@ class RemoteObject:
         return self._op("iter")
 
     def __next__(self):
-        return self._op("next")
+        return object.__getattribute__(self, "_client").next_item(object.__getattribute__(self, "_key"))
 
     def __getitem__(self, key):
         return self._op("getitem", key=object.__getattribute__(self, "_client").encode(key))
@@ -1454,6 +1769,32 @@ class RemoteObject:
         return cls if isinstance(cls, type) else RemoteObject
 
 
+class _RemoteFunction(RemoteObject):
+    """A function of the solution: a class attribute of the test's (``@cachedmethod(...) def get(self, ...)``,
+    ``helper = solution.f``) binds to the test's objects as a function does."""
+
+    __slots__ = ()
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        bound = object.__new__(_RemoteMethod)
+        RemoteObject.__init__(bound, object.__getattribute__(self, "_client"), object.__getattribute__(self, "_key"),
+                              object.__getattribute__(self, "_type"), True)
+        object.__setattr__(bound, "_factory_self", obj)
+        return bound
+
+
+class _RemoteMethod(RemoteObject):
+    """A function of the solution bound to an object of the test's; still a handle on the function (its
+    attributes, ``__wrapped__`` for a test method the solution decorated), called with the object first."""
+
+    __slots__ = ("_factory_self",)
+
+    def __call__(self, *args, **kwargs):
+        return RemoteObject.__call__(self, object.__getattribute__(self, "_factory_self"), *args, **kwargs)
+
+
 #: The one connection to the solution of this run (what an unpickled handle reconnects to).
 _CLIENT = {"client": None}
 
@@ -1488,6 +1829,9 @@ def _unary(name):
 
 # Arithmetic on the solution's objects runs there, as their own semantics (the result is another handle or
 # plain data); only comparison and truth, which a test would read as its verdict, are refused.
+for _class in (RemoteObject, *RemoteObject.__subclasses__()):  # (subclasses defined later: __init_subclass__)
+    _class.__doc__ = _forwarded(_class.__doc__ or "", "__doc__")
+    _class.__module__ = _forwarded(_class.__module__, "__module__")
 for _name in _BINARY:
     setattr(RemoteObject, f"__{_name}__", _binary(_name, False))
     setattr(RemoteObject, f"__r{_name}__", _binary(_name, True))
