@@ -54,7 +54,7 @@ import types
 
 if __name__ != "__main__":  # imported on the host (tests); in the sandbox the sources precede this
     from factory.verifiers._program_server import read_stream_frame, write_stream_frame
-    from factory.verifiers._trusted_runner import _NAN, SolutionClient, SolutionFinder, _Outcomes
+    from factory.verifiers._trusted_runner import _NAN, SolutionClient, SolutionFinder, _is_package_marker, _Outcomes
     from factory.verifiers._wire import Channel, cwd_to_wire
 
 __all__ = ["BOUNDARY_DIR", "FINDINGS_ENV", "SETTINGS_NAME", "guard_scratch", "install", "launch", "program_argv"]
@@ -87,6 +87,23 @@ def _connect(path, deadline):
             time.sleep(0.01)
 
 
+def _own_module(name):
+    """Whether this interpreter finds top-level module ``name`` itself (an installed ``pytest``, ``coverage``).
+
+    What the trusted side can import wins over the solution's module of the
+    same name, for ``python -m`` as for ``import`` (the import hook is last):
+    a solution that ships ``pytest.py`` must not be the ``python -m pytest``
+    that a ``make`` target runs. A package marker of ours is the solution's.
+    """
+    import importlib.machinery
+
+    try:
+        spec = importlib.machinery.PathFinder.find_spec(name)
+    except (ImportError, ValueError):
+        return False
+    return spec is not None and spec.origin is not None and not _is_package_marker(spec.origin)
+
+
 def program_argv(orig_argv, cwd, workspace, programs, modules):
     """The interpreter arguments to relay when this process was started as a solution program, else None.
 
@@ -103,7 +120,7 @@ def program_argv(orig_argv, cwd, workspace, programs, modules):
         arg = args[index]
         if arg == "-m" or (arg.startswith("-m") and not arg.startswith("--")):
             name = args[index + 1] if arg == "-m" and index + 1 < len(args) else arg[2:]
-            if name.split(".")[0] in modules:
+            if name.split(".")[0] in modules and not _own_module(name.split(".")[0]):
                 return args
             return None
         if arg == "-c" or arg.startswith("-c") and not arg.startswith("--") or arg == "-":
