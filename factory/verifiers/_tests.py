@@ -257,6 +257,13 @@ def scan_files(files: Mapping[str, str | bytes], task: Task) -> list[dict[str, A
 _BOUNDARY_LINE = re.compile(r"BoundaryError:\s*(.+)")
 
 
+def _decided_count(decided: Any) -> int | None:
+    """How many comparisons and hashes the solution's own methods decided (of classes the tests name); None if none."""
+    if type(decided) is not dict:
+        return None
+    return sum(v for v in decided.values() if type(v) is int) or None
+
+
 def boundary_limits(failed: list[str], messages: Mapping[str, Any],
                     reported: list[Any] | None = None) -> list[dict[str, str]]:
     """The failed tests that failed only because something could not cross the isolation boundary.
@@ -604,7 +611,8 @@ class TestsVerifier:
                             collection_errors=report.collection_errors[:5],
                             solution_error=run.payload.get("solution_error"),
                             failures={node: str(messages.get(node, ""))[-300:] for node in failed[:5]},
-                            boundary=boundary_limits(failed, messages, run.payload.get("boundary")))
+                            boundary=boundary_limits(failed, messages, run.payload.get("boundary")),
+                            solution_decided_comparisons=_decided_count(run.payload.get("solution_decided")))
 
     async def _command_reference_runs(self, task: Task, command: str, limits: SandboxLimits,
                                        timeout: float) -> set[str] | None:
