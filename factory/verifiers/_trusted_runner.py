@@ -79,6 +79,7 @@ import importlib.abc
 import importlib.machinery
 import keyword
 import os
+import re
 import socket
 import sys
 import time
@@ -694,6 +695,8 @@ class SolutionClient(Endpoint):
         if isinstance(value, types.ModuleType) and type(name) is str \
                 and name.split(".")[0] in sys.stdlib_module_names and sys.modules.get(name) is value:
             return {"mod": name}
+        if type(value).__module__.startswith(_DATA_LIBRARIES):
+            return _data_value(value)
         return None
 
     def objects_from(self, tag, body, nested):
@@ -713,6 +716,8 @@ class SolutionClient(Endpoint):
             return self.zone(body)
         if tag == "bv":
             return _builtin_value(self, body, nested)
+        if tag == "nd":
+            return _array_from(body)
         if tag == "en":
             if type(body) is not list or len(body) != 4 or type(body[1]) is not str:
                 raise WireError("malformed enum member")
@@ -788,11 +793,14 @@ class SolutionClient(Endpoint):
     def describe_function(self, key, function):
         """A test's function as plain data, for the mirror the solution side makes of it (None: no mirror).
 
-        Its signature (names, kinds, defaults that are plain data, annotations
-        as text), name, qualname, module, doc and whether it is a generator or
-        coroutine function; and its public attributes as they are now (what
-        the test set on it: ``f.pattern = ...``). Never its code, globals,
-        closure, other defaults, ``__wrapped__`` or pytest's attributes.
+        Its signature (names, kinds, defaults that are immutable plain data,
+        annotations as text), name, qualname, module, doc and whether it is a
+        generator or coroutine function; and its public attributes as they are
+        now (what the test set on it: ``f.pattern = ...``). Never its code,
+        globals, closure, ``__wrapped__``, pytest's attributes, other defaults,
+        nor any default of a test function (``test*``: its defaults are the
+        test's inputs and expected values); a default that does not cross stays
+        the trusted side's and still applies when the mirror is called without it.
         """
         import inspect
 
@@ -805,15 +813,17 @@ class SolutionClient(Endpoint):
             except (TypeError, ValueError):
                 return None
             params = []
+            own = getattr(function, "__func__", function)
+            # A test function's defaults are the test's own inputs and expected values: never the solution's to read.
+            test_function = str(getattr(own, "__name__", "")).startswith("test")
             for param in list(signature.parameters.values())[:255]:
                 if param.default is param.empty:
                     state, default = 0, None
-                elif _plain_default(param.default):
+                elif not test_function and _plain_default(param.default):
                     state, default = 1, self.encode(param.default)
                 else:
                     state, default = 2, None
                 params.append([param.name, int(param.kind), state, default, _annotation_text(param.annotation)])
-            own = getattr(function, "__func__", function)
             flags = ("coro" if inspect.iscoroutinefunction(own) else "gen" if inspect.isgeneratorfunction(own)
                      else "")
             described = {"params": params, "ret": _annotation_text(signature.return_annotation), "flags": flags}
@@ -878,8 +888,14 @@ class SolutionClient(Endpoint):
         except Exception as exc:
             token = len(self.raised) + 1
             self.raised[token] = exc
-            reply = {"exc": {"type": _builtin_exception_name(type(exc)), "message": str(exc)[:2000],
-                             "token": token}}
+            message = str(exc)[:2000]
+            if isinstance(exc, AssertionError):
+                # The test's own assertion failed (in a callback, or in a test function a decorator of the solution
+                # runs): the test fails, whatever the solution does with it, and the solution never reads the
+                # message, where pytest names the expected value (it could learn it and run the test again).
+                self.pending = self.pending or exc
+                message = "an assertion of the test failed"
+            reply = {"exc": {"type": _builtin_exception_name(type(exc)), "message": message, "token": token}}
         except BaseException as exc:  # pytest.fail/skip, SolutionUnavailable: the test's verdict, never swallowed
             self.pending = self.pending or exc
             reply = {"exc": {"type": "Exception", "message": "the test stopped"}}
@@ -1031,6 +1047,68 @@ def _called_by_test():
         frame = frame.f_back
     name = frame.f_globals.get("__name__", "") if frame is not None else ""
     return type(name) is str and not name.startswith(_NOT_TESTS)
+
+
+#: Libraries whose data objects a test hands the solution as values (arrays, frames), not handles.
+_DATA_LIBRARIES = ("numpy", "pandas")
+#: What a pickled data object may name (the solution's process rebuilds it; nothing of the tests' modules).
+_DATA_MODULES = frozenset({"numpy", "pandas", "builtins", "copyreg", "_codecs", "datetime", "decimal", "fractions",
+                           "collections", "zoneinfo", "pytz", "dateutil"})
+#: The numpy dtypes the solution's arrays and scalars may have: booleans, numbers, fixed-width text and bytes.
+_ARRAY_DTYPE = re.compile(r"^[<>|=]?(b1|[iu][1248]|f(2|4|8|12|16)|c(8|16|24|32)|[US][0-9]{1,6})$")
+
+
+def _data_value(value):
+    """A test's numpy array or scalar (``{"nd": ...}``: dtype, shape, raw bytes) or other numpy/pandas object
+    (``{"pk": ...}``: pickled, naming only the data libraries' and the standard library's classes) as a value for
+    the solution's process; None (a handle) when it holds anything else."""
+    import base64
+    import pickle
+    import pickletools
+
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and (type(value) is numpy.ndarray or (
+            isinstance(value, numpy.generic) and type(value).__module__ == "numpy")):
+        dtype = value.dtype
+        if dtype.fields is None and not dtype.hasobject and dtype.subdtype is None \
+                and _ARRAY_DTYPE.match(dtype.str):
+            raw = numpy.ascontiguousarray(value).tobytes() if type(value) is numpy.ndarray else value.tobytes()
+            return {"nd": [dtype.str, list(value.shape) if type(value) is numpy.ndarray else None,
+                           base64.b64encode(raw).decode("ascii")]}
+    try:
+        data = pickle.dumps(value, protocol=2)  # (protocol 2: every class it names is in a GLOBAL opcode)
+        for opcode, arg, _ in pickletools.genops(data):
+            if opcode.name in ("STACK_GLOBAL", "INST", "OBJ", "EXT1", "EXT2", "EXT4", "PERSID", "BINPERSID") or (
+                    opcode.name == "GLOBAL" and str(arg).split(" ")[0].split(".")[0] not in _DATA_MODULES):
+                return None
+    except Exception:
+        return None
+    return {"pk": base64.b64encode(data).decode("ascii")}
+
+
+def _array_from(body):
+    """A numpy array or scalar of the solution's, rebuilt here from its dtype, shape and bytes (numbers, booleans
+    and fixed-width text only: nothing here runs code or unpickles)."""
+    import base64
+
+    if type(body) is not list or len(body) != 3 or type(body[0]) is not str or not _ARRAY_DTYPE.match(body[0]) \
+            or type(body[2]) is not str:
+        raise WireError("malformed array")
+    shape = body[1]
+    if shape is not None and (type(shape) is not list or len(shape) > 32 or any(
+            type(n) is not int or n < 0 for n in shape)):
+        raise WireError("malformed array shape")
+    import numpy
+
+    dtype = numpy.dtype(body[0])
+    raw = base64.b64decode(body[2].encode("ascii"), validate=True)
+    count = 1
+    for n in shape or ():
+        count *= n
+    if len(raw) != count * dtype.itemsize or (shape is None and count != 1):
+        raise WireError("array bytes do not match its shape")
+    data = numpy.frombuffer(raw, dtype=dtype)
+    return data[0] if shape is None else data.reshape(shape).copy()
 
 
 def _builtin_exception_name(cls):

@@ -42,6 +42,7 @@ the solution), to a bounded depth.
 from __future__ import annotations
 
 import base64
+import builtins
 import datetime
 import decimal
 import fractions
@@ -66,9 +67,10 @@ _MUTABLE = (list, dict, set, bytearray)
 #: Handle keys: an object of the solution ("h") or of the trusted side ("rh").
 HANDLE_KEYS = ("h", "rh")
 #: Tags only a side's own ``objects`` hook decodes.
-SIDE_TAGS = frozenset({"nt", "dc", "en", "bi", "mod", "tzo", "bv"})
+SIDE_TAGS = frozenset({"nt", "dc", "en", "bi", "mod", "tzo", "bv", "nd", "pk"})
 _PATHS = {"pp": pathlib.PurePosixPath, "pw": pathlib.PureWindowsPath, "cp": pathlib.PosixPath}
 _ZONE_KEY = re.compile(r"^[A-Za-z0-9_+\-]+(/[A-Za-z0-9_+\-]+)*$")
+_BUILTINS_NAMESPACE = vars(builtins)
 _KEYS_VIEW, _VALUES_VIEW, _ITEMS_VIEW = type({}.keys()), type({}.values()), type({}.items())
 
 
@@ -254,6 +256,8 @@ def encode_value(value, handle_of, depth=0, refs=None, record=False, objects=Non
     def nested(item):
         return encode_value(item, handle_of, depth + 1, refs, record, objects)
 
+    if value is _BUILTINS_NAMESPACE:  # a namespace's __builtins__ (exec() adds it): the receiver's own
+        return {"bi": "__dict__"}
     if refs is not None and kind in _MUTABLE:
         index = refs.index.get(id(value))
         if index is not None:
