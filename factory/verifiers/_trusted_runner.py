@@ -2333,6 +2333,10 @@ class _Outcomes:
         if isinstance(obj, (types.FunctionType, type, staticmethod, classmethod)) \
                 or not collector.funcnamefilter(name) or name not in self.defined_functions(collector.path):
             return None
+        from _pytest.fixtures import getfixturemarker
+
+        if getattr(type(obj), "_factory_handle_of", None) is None and getfixturemarker(obj) is not None:
+            return None  # a fixture named test* (pytest 8.4+ wraps it in an object of its own): never a test
         try:
             wrapped = obj.__wrapped__ if getattr(type(obj), "_factory_handle_of", None) is not None else None
         except BaseException:
