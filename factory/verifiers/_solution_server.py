@@ -204,8 +204,11 @@ def _pickle(obj, protocol):
             if isinstance(value, type) and _MIXED_KEYS.get(id(value)) is not None and \
                     _MIXED_CLASSES.get(_MIXED_KEYS[id(value)]) is value:
                 return _mixed_class, (_MIXED_KEYS[id(value)],)
+            server = _SERVER[0] if _SERVER else None
             if type(value) is TrustedObject or type(value) is TrustedFunction:  # pickled there, kept there
                 return _trusted_unpickle, (value._op("pickle"),)
+            if type(value) is types.FunctionType and server is not None and id(value) in server.mirrors:
+                return _trusted_unpickle, (server.request("pickle", rh=server.mirrors[id(value)]),)
             return NotImplemented
 
     buffer = io.BytesIO()
