@@ -58,9 +58,13 @@ that fails to import fails its tests, it does not skip them.
 
 A NaN from the solution makes every ordered comparison false, so a
 tolerance check written ``if abs(got - want) > tol: fail`` passes it
-vacuously. A test that received a NaN from the solution passes only if it
-asked about it (``math.isnan``, ``cmath.isnan``, ``pytest.approx(...,
-nan_ok=True)``); otherwise it is failed, saying why.
+vacuously. A NaN from the solution arrives as :class:`_SolutionNaN` (a
+float that notes the comparisons it takes part in, and stays one through
+arithmetic); a test in which one was compared passes only if it asked
+about it (``math.isnan``, ``cmath.isnan``, ``x != x``, ``pytest.approx(...,
+nan_ok=True)``); otherwise it is failed, saying why. A NaN the test never
+compared (a parsed field it does not look at) changes nothing; one that
+could not be marked (inside a numpy array, a set) counts as compared.
 
 Outcomes come from pytest's own report hooks in this process and go out as
 one ``<nonce> <base64 JSON>`` line on this process's stdout, which the
@@ -169,7 +173,7 @@ def _safe_name(text, default="SolutionObject"):
     return cleaned if cleaned and not cleaned[0].isdigit() else default
 
 
-#: The test running now, and the tests that received / checked a NaN from the solution.
+#: The test running now, and the tests in which a NaN from the solution was compared / was checked.
 _NAN = {"current": None, "received": set(), "checked": set()}
 
 
@@ -186,6 +190,9 @@ def _has_nan(value, depth=0):
         return float.__ne__(value, value)
     if kind is complex:
         return value.real != value.real or value.imag != value.imag
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and kind is numpy.ndarray:  # (rebuilt here from the solution's bytes: numbers only)
+        return value.dtype.kind in "fc" and bool(numpy.isnan(value).any())
     if depth >= 50:
         return False
     if isinstance(value, _Snapshot):
@@ -200,6 +207,90 @@ def _has_nan(value, depth=0):
     else:
         return False
     return any(_has_nan(item, depth + 1) for item in items)
+
+
+class _SolutionNaN(float):
+    """A NaN the solution sent: an ordinary float here, except that comparing it with anything but itself
+    notes the running test (such a comparison is false, so a tolerance check passes it vacuously), comparing
+    it with itself (``x != x``) counts as asking whether it is NaN, and arithmetic on it gives another."""
+
+    __slots__ = ()
+    __hash__ = float.__hash__
+
+    def __repr__(self):
+        return float.__repr__(self)
+
+
+def _nan_comparison(name):
+    base = getattr(float, name)
+
+    def method(self, other):
+        _NAN["checked" if other is self else "received"].add(_NAN["current"])
+        import traceback; _NAN["dbg"] = "".join(traceback.format_stack()[-6:])
+        return base(self, other)
+    method.__name__ = name
+    return method
+
+
+def _nan_arithmetic(name):
+    base = getattr(float, name)
+
+    def method(self, *args):
+        result = base(self, *args)
+        return _SolutionNaN(result) if type(result) is float and result != result else result
+    method.__name__ = name
+    return method
+
+
+for _name in ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__"):
+    setattr(_SolutionNaN, _name, _nan_comparison(_name))
+for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__",
+              "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__", "__pow__", "__rpow__", "__neg__", "__pos__",
+              "__abs__", "__round__"):
+    setattr(_SolutionNaN, _name, _nan_arithmetic(_name))
+
+
+def _marked_nans(value, depth=0):
+    """``value`` with each NaN float in it a :class:`_SolutionNaN` (lists and dicts changed in place; tuples,
+    namedtuples and dataclass snapshots rebuilt); a NaN it cannot mark (a set's, an array's) counts as
+    compared, as before (:func:`_has_nan` finds it)."""
+    kind = type(value)
+    if kind is float:
+        return _SolutionNaN(value) if value != value else value
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and isinstance(value, numpy.floating) and value.ndim == 0:
+        return _SolutionNaN(float(value)) if value != value else value
+    if depth >= 50:
+        return value
+    if kind is list:
+        for index, item in enumerate(list.__iter__(value)):
+            marked = _marked_nans(item, depth + 1)
+            if marked is not item:
+                list.__setitem__(value, index, marked)
+    elif kind is dict:
+        for key, item in list(dict.items(value)):
+            marked = _marked_nans(item, depth + 1)
+            if marked is not item:
+                dict.__setitem__(value, key, marked)
+    elif kind is tuple or (isinstance(value, tuple) and type(getattr(kind, "_fields", None)) is tuple
+                           and kind.__module__ == "collections"):
+        items = [_marked_nans(item, depth + 1) for item in tuple.__iter__(value)]
+        if any(a is not b for a, b in zip(items, tuple.__iter__(value))):
+            return tuple(items) if kind is tuple else kind(*items)
+    elif isinstance(value, _Snapshot):
+        fields = object.__getattribute__(value, "_factory_fields")
+        marked = tuple((name, _marked_nans(item, depth + 1)) for name, item in fields)
+        if any(a[1] is not b[1] for a, b in zip(marked, fields)):
+            object.__setattr__(value, "_factory_fields", marked)
+    return value
+
+
+def _note_nans(value):
+    """``value`` with the solution's NaNs marked (see :class:`_SolutionNaN`)."""
+    value = _marked_nans(value)
+    if _has_nan(value):  # (one that could not be marked)
+        _NAN["received"].add(_NAN["current"])
+    return value
 
 
 def _watch_nan_checks(pytest):
@@ -600,9 +691,7 @@ class SolutionClient(Endpoint):
         finally:
             if outermost:
                 self.raised.clear()
-        if _has_nan(value):
-            _NAN["received"].add(_NAN["current"])
-        return value
+        return _note_nans(value)
 
     # ------------------------------------------------------------ the solution's iterators, run ahead
 
@@ -633,9 +722,7 @@ class SolutionClient(Endpoint):
             except WireError as exc:
                 self.broken = f"the solution broke the protocol ({exc})"
                 raise SolutionUnavailable(self.broken) from None
-            if _has_nan(value):
-                _NAN["received"].add(_NAN["current"])
-            return value
+            return _note_nans(value)
         streak = self.streak[1] if self.streak[0] == key else 0
         ask = min(_AHEAD_FIRST * 4 ** (streak - 2), _AHEAD_MOST) if streak >= 2 else 0
         value = self.request("next", h={"h": key}, **({"ahead": ask} if ask else {}))
@@ -675,6 +762,8 @@ class SolutionClient(Endpoint):
 
     def objects_of(self, value, nested):
         """The test's values the solution gets as its own: snapshots go home, namedtuples and builtins rebuilt."""
+        if type(value) is _SolutionNaN:
+            return {"f": float.hex(value)}
         if value is os.environ:  # read by the solution as a mapping; never a handle it could write through
             return nested(dict(value))
         mock = sys.modules.get("unittest.mock")
@@ -857,7 +946,8 @@ class SolutionClient(Endpoint):
             # The solution's sys.exit, where the test called it (``pytest.raises(SystemExit)`` around ``main()``):
             # uncaught, pytest fails that test, as in-process. Never raised into pytest's own code (collection,
             # attribute probes), where it would end the run: there it is an Exception.
-            return SystemExit(code[0][:2000] if type(code[0]) is str else code[0])
+            value = code[0][:2000] if type(code[0]) is str else code[0]
+            return _SolutionExit(value) if _in_unittest_run() else SystemExit(value)
         name = str(info.get("type", "Exception"))
         base = getattr(builtins, name, None)
         if not (isinstance(base, type) and issubclass(base, Exception)):
@@ -1037,6 +1127,40 @@ class SolutionClient(Endpoint):
 
 #: Modules whose calls into the solution are pytest's and the import system's, never a test's.
 _NOT_TESTS = ("_pytest", "pytest", "pluggy", "importlib", "inspect", "doctest", "typing", "unittest.mock")
+
+
+class _SolutionExit(SystemExit):
+    """The solution's ``sys.exit`` inside a ``unittest`` run: the tests that catch it (``assertRaises``, ``except
+    SystemExit``) read its code, but where it escapes the run (raised in ``setUpClass`` or ``setUpModule``,
+    which unittest lets a ``SystemExit`` through) it must not end the test process with the solution's status:
+    the interpreter, reading the code as the process ends, gets 1."""
+
+    def __init__(self, code):
+        super().__init__(code)
+        self._factory_code = code
+
+    @property
+    def code(self):
+        try:
+            sys._getframe(1)
+        except ValueError:  # no Python frame left: the interpreter ending the process with it
+            try:
+                os.write(2, b"factory: the solution's sys.exit ended the unittest run before its tests ran\n")
+            except OSError:
+                pass
+            return 1
+        return self._factory_code
+
+
+def _in_unittest_run():
+    """Whether a ``unittest`` suite or test runner is running the current call (its frames are on the stack)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_globals.get("__name__", "")
+        if type(name) is str and name.startswith("unittest.") and not name.startswith("unittest.mock"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _called_by_test():
@@ -1596,7 +1720,7 @@ def _decide(self, other, name):
                                 f"never name: comparing it ({symbol}) would run the solution's own comparison, so "
                                 "it is refused; the solution must return plain data")
     elif key not in client.made or key in client.tainted:
-        raise BoundaryError(f"{self._factory_describe()} was not built by the test (by calling its class): compared "
+        raise BoundaryError(f"DEBUG {key} {sorted(client.made)[-5:]} {sorted(client.tainted)[-5:]} {sorted(client.makers)} {sorted(client.named)}" f"{self._factory_describe()} was not built by the test (by calling its class): compared "
                             f"({symbol}) with the test's own {type(other).__name__}, the solution's comparison would "
                             "decide the test's expected value, so it is refused; the solution must return plain data")
     answer = self._op("compare", name=name, v=client.encode(other))
@@ -1737,6 +1861,8 @@ class RemoteObject:
                 raise AttributeError(name)
             return wrapped.pytestmark
         if name == "__wrapped__":  # pytest finds the test's function through it
+            if not _asked_by_pytest():  # a test reads it: the test's own object it wraps, or a handle
+                return _probe(lambda: self._op("getattr", name=name), name)
             wrapped = self._factory_wrapped()
             if wrapped is None:
                 raise AttributeError(name)
@@ -2379,9 +2505,10 @@ class _Outcomes:
         previous = self.outcomes.get(node)
         if report.when == "call" and report.passed and node in _NAN["received"] - _NAN["checked"]:
             self.outcomes[node] = "failed"
-            self.messages[node] = ("the test received a NaN from the solution and never checked it with "
+            self.messages[node] = ("a NaN from the solution took part in the test's comparisons and the test "
+                                   "never checked it with "
                                    "math.isnan or pytest.approx(nan_ok=True): NaN passes ordered comparisons "
-                                   "vacuously, so the pass is not counted")
+                                   "vacuously, so the pass is not counted" + _NAN.get("dbg", ""))
             return
         if report.when == "call" and report.passed and node in self.watched and not _RUN["ran"]:
             self.outcomes[node] = "failed"
