@@ -211,6 +211,12 @@ def _pickle(obj, protocol):
                 return _trusted_unpickle, (server.request("pickle", rh=server.mirrors[id(value)]),)
             return NotImplemented
 
+    for function in (_trusted_unpickle, _mixed_class):  # importable by the name pickle records, however this
+        module = sys.modules.get(function.__module__)  # server's source was loaded
+        if module is None:
+            module = sys.modules[function.__module__] = types.ModuleType(function.__module__)
+        if getattr(module, function.__name__, None) is not function:
+            setattr(module, function.__name__, function)
     buffer = io.BytesIO()
     Pickler(buffer, protocol=protocol).dump(obj)
     return buffer.getvalue()
