@@ -226,7 +226,6 @@ def _nan_comparison(name):
 
     def method(self, other):
         _NAN["checked" if other is self else "received"].add(_NAN["current"])
-        import traceback; _NAN["dbg"] = "".join(traceback.format_stack()[-6:])
         return base(self, other)
     method.__name__ = name
     return method
@@ -1720,7 +1719,7 @@ def _decide(self, other, name):
                                 f"never name: comparing it ({symbol}) would run the solution's own comparison, so "
                                 "it is refused; the solution must return plain data")
     elif key not in client.made or key in client.tainted:
-        raise BoundaryError(f"DEBUG {key} {sorted(client.made)[-5:]} {sorted(client.tainted)[-5:]} {sorted(client.makers)} {sorted(client.named)}" f"{self._factory_describe()} was not built by the test (by calling its class): compared "
+        raise BoundaryError(f"{self._factory_describe()} was not built by the test (by calling its class): compared "
                             f"({symbol}) with the test's own {type(other).__name__}, the solution's comparison would "
                             "decide the test's expected value, so it is refused; the solution must return plain data")
     answer = self._op("compare", name=name, v=client.encode(other))
@@ -2288,7 +2287,10 @@ class _SolutionAttribute:
         holder = self.holder
         client = holder._factory_client
         if obj is None:  # read on the class: the solution class's own attribute (an unbound function there)
-            return client.request("getattr", h={"h": holder._factory_key}, name=self.name)
+            value = client.request("getattr", h={"h": holder._factory_key}, name=self.name)
+            if isinstance(value, RemoteObject) and holder._factory_key in client.named:  # as RemoteClass.__getattr__
+                client.makers.add(object.__getattribute__(value, "_key"))
+            return value
         handle_of = getattr(type(obj), "_factory_handle_of", None)
         if handle_of is None:
             raise TypeError(f"{holder.__name__}.{self.name} of the solution needs an object of the solution, not a "
@@ -2508,7 +2510,7 @@ class _Outcomes:
             self.messages[node] = ("a NaN from the solution took part in the test's comparisons and the test "
                                    "never checked it with "
                                    "math.isnan or pytest.approx(nan_ok=True): NaN passes ordered comparisons "
-                                   "vacuously, so the pass is not counted" + _NAN.get("dbg", ""))
+                                   "vacuously, so the pass is not counted")
             return
         if report.when == "call" and report.passed and node in self.watched and not _RUN["ran"]:
             self.outcomes[node] = "failed"
