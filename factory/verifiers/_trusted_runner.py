@@ -186,8 +186,8 @@ def _has_nan(value, depth=0):
     kind = type(value)
     if kind is float:
         return value != value
-    if isinstance(value, float):  # a float subclass of the solution's, as its builtin value
-        return float.__ne__(value, value)
+    if isinstance(value, float) and kind is not _SolutionNaN:  # a float subclass of the solution's, as its
+        return float.__ne__(value, value)  # builtin value (a _SolutionNaN notes its own comparisons)
     if kind is complex:
         return value.real != value.real or value.imag != value.imag
     numpy = sys.modules.get("numpy")
@@ -1718,15 +1718,19 @@ def _decide(self, other, name):
             raise BoundaryError(f"{other._factory_describe()} is an object of the solution whose class the tests "
                                 f"never name: comparing it ({symbol}) would run the solution's own comparison, so "
                                 "it is refused; the solution must return plain data")
-    elif key not in client.made or key in client.tainted:
-        raise BoundaryError(f"{self._factory_describe()} was not built by the test (by calling its class): compared "
-                            f"({symbol}) with the test's own {type(other).__name__}, the solution's comparison would "
-                            "decide the test's expected value, so it is refused; the solution must return plain data")
+    # An object the test did not build, against the test's own value: its class may only decline
+    # (NotImplemented, and Python asks the test's value) or raise (semver's ValueError, the TypeError of an
+    # unordered pair), neither of which is the solution's word on the expected value; a bool is refused.
+    undecided_only = not isinstance(other, RemoteObject) and (key not in client.made or key in client.tainted)
     answer = self._op("compare", name=name, v=client.encode(other))
     if type(answer) is not list or len(answer) > 1 or (answer and type(answer[0]) is not bool):
         shown = type(answer[0]).__name__ if type(answer) is list and answer else type(answer).__name__
         raise BoundaryError(f"{self._factory_describe()}: its comparison ({symbol}) answered with a {shown}, not a "
                             "bool")
+    if answer and undecided_only:
+        raise BoundaryError(f"{self._factory_describe()} was not built by the test (by calling its class): compared "
+                            f"({symbol}) with the test's own {type(other).__name__}, the solution's comparison would "
+                            "decide the test's expected value, so it is refused; the solution must return plain data")
     _DECIDED[_NAN["current"]] = _DECIDED.get(_NAN["current"], 0) + 1
     return answer[0] if answer else NotImplemented
 
@@ -2351,6 +2355,8 @@ def _mixed_class(mcs, name, bases, namespace, kwargs):
         raise BoundaryError(f"the solution did not make its half of the test's class {name}")
     type.__setattr__(cls, "_factory_key", key)
     client.proxies[key] = cls
+    if any(isinstance(b, RemoteClass) and b._factory_key in client.named for b in mro[1:]):
+        client.named.add(key)  # the test's own class, on a class it names: it relies on their semantics
     for klass in mro:  # super() past the test's overrides reaches the solution's own
         if isinstance(klass, RemoteClass) and not klass._factory_mixed and not issubclass(klass, BaseException):
             for member in entries:
