@@ -18,8 +18,18 @@ dataclass with a generated ``__eq__``: equality and order computed here), a
 live container (a list, dict, set or bytearray an attribute read returned:
 module state, whose changes are made in the solution), or a handle
 (:class:`RemoteObject`, or a :class:`RemoteClass` for classes) whose
-methods run in the solution's process. A handle cannot be compared,
-hashed by value, or passed anything
+methods run in the solution's process. An object of a solution class
+deriving from a builtin value type (a ``dict`` subclass such as a config
+section, a ``str`` or ``tuple`` subclass, ``OrderedDict``, ``Counter``,
+``defaultdict``) crosses as that builtin holding the object's value
+(:class:`_BuiltinValue`): ``==``, ``<`` and ``hash`` are the builtin's,
+computed here, whatever the class overrides; its own methods and every
+change run in the solution. A handle is compared or hashed by its class's
+own methods in the solution's process only where the test relies on that
+class (:func:`_decide`: a class the tests name, and for a comparison with
+the test's own value, an object the test built by calling the class; the
+answer a bool, counted in the report's ``solution_decided``). Otherwise a
+handle cannot be compared, hashed by value, or passed anything
 but plain data and other handles: each of those raises
 :class:`BoundaryError`, a ``BaseException`` so that neither ``except
 Exception`` nor ``pytest.raises(Exception)`` in a test swallows it, and the
