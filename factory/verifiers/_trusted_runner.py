@@ -338,6 +338,9 @@ _PYTEST_ENV = ("PYTEST_", "_PYTEST")
 #: Items a solution iterator's process is asked to produce ahead: the first time, and at most (times 4 each
 #: time the test took them all and asked again).
 _AHEAD_FIRST = 64
+#: ... once this many next() requests in a row on it were answered one by one (forking a copy costs as much as
+#: several round trips).
+_AHEAD_AFTER = 4
 _AHEAD_MOST = 4096
 #: Attribute names of a test's object the solution may never read, whatever their prefix.
 _HIDDEN_PREFIXES = ("_", "gi_", "cr_", "ag_", "f_", "tb_", "co_", "pytest")
@@ -531,6 +534,9 @@ class SolutionClient(Endpoint):
         self.taken = []  # [[key, count]]: entries taken since the last message, in the order taken
         self.streak = (None, 0)  # the iterator the last requests were next() on, and how many in a row
         self.last_reply = None
+        # Keys of the solution's objects of builtin types that are their own iterators / have no len(): the
+        # solution said so with the handle (it could answer either anyway), so neither is asked each time.
+        self.self_iterators, self.lenless = set(), set()
         self.sent_modules = ()  # the values last sent (held, so that their ids stay theirs)
         self.stream_only = {}  # key -> whether a stream the solution got as its sys.stdin (etc.) is read
         self.root = os.getcwd()  # the trusted workspace: a working directory inside it crosses relative to it
@@ -707,7 +713,7 @@ class SolutionClient(Endpoint):
     def next_item(self, key):
         """``next()`` of the solution's iterator ``key``: an item its process produced ahead, or a request.
 
-        After two ``next()`` requests in a row on the same iterator, the third asks the solution for more
+        After a few ``next()`` requests in a row on the same iterator (``_AHEAD_AFTER``), the next asks the solution for more
         items ahead (``SolutionServer.run_ahead``: computed by a copy of its process, so the solution itself
         does not advance). They are handed out here one ``next()`` at a time, only while nothing else goes
         to the solution and the test's environment, directory and mirrored modules are unchanged; the next
@@ -733,7 +739,7 @@ class SolutionClient(Endpoint):
                 raise SolutionUnavailable(self.broken) from None
             return _note_nans(value)
         streak = self.streak[1] if self.streak[0] == key else 0
-        ask = min(_AHEAD_FIRST * 4 ** (streak - 2), _AHEAD_MOST) if streak >= 2 else 0
+        ask = min(_AHEAD_FIRST * 4 ** (streak - _AHEAD_AFTER), _AHEAD_MOST) if streak >= _AHEAD_AFTER else 0
         value = self.request("next", h={"h": key}, **({"ahead": ask} if ask else {}))
         more = self.last_reply.get("more") if ask and type(self.last_reply) is dict else None
         if type(more) is list and 0 < len(more) < ask:
@@ -1122,6 +1128,10 @@ class SolutionClient(Endpoint):
                 made = _RemoteFunction(self, key, _safe_name(data.get("type"), "object"), callable_=True)
             else:
                 made = RemoteObject(self, key, _safe_name(data.get("type"), "object"), callable_=kind == "callable")
+                if data.get("selfiter") is True:
+                    self.self_iterators.add(key)
+                if data.get("nolen") is True:
+                    self.lenless.add(key)
         self.proxies[key] = made
         return made
 
@@ -1292,8 +1302,16 @@ class _Snapshot:
         return tuple(value for _, value in object.__getattribute__(self, "_factory_fields"))
 
     def _factory_same(self, other):
-        return type(other) is type(self) and object.__getattribute__(other, "_factory_class") == \
+        same = type(other) is type(self) and object.__getattribute__(other, "_factory_class") == \
             object.__getattribute__(self, "_factory_class")
+        if same and not object.__getattribute__(self, "_factory_fields") \
+                and object.__getattribute__(self, "_factory_key") != object.__getattribute__(other, "_factory_key"):
+            # Two objects with no field to compare: every pair is "equal" (every field ``compare=False``, or a
+            # solution that made its server report none). A verdict cannot rest on that.
+            raise BoundaryError(f"two {type(self).__name__} objects of the solution were compared, and the "
+                                "solution says they have no field to compare (every field compare=False?): "
+                                "their equality would be vacuous, so it is refused")
+        return same
 
     def __eq__(self, other):
         if not isinstance(other, _Snapshot):
@@ -1899,9 +1917,13 @@ class RemoteObject:
         return client.call(key, args, kwargs, made=key in client.makers)
 
     def __len__(self):
+        if object.__getattribute__(self, "_key") in object.__getattribute__(self, "_client").lenless:
+            raise TypeError(f"object of type '{object.__getattribute__(self, '_type')}' has no len()")
         return self._op("len")
 
     def __iter__(self):
+        if object.__getattribute__(self, "_key") in object.__getattribute__(self, "_client").self_iterators:
+            return self
         return self._op("iter")
 
     def __next__(self):
