@@ -451,6 +451,7 @@ _AHEAD_BYTES = 1 << 20
 _AHEAD_SECONDS = 0.02
 _AHEAD_KILL_SECONDS = 0.25
 _AHEAD_CHUNK = 32
+_HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made at run time, not a builtin type
 #: Audit events a step of the copy may raise: this process's own business, invisible to the test.
 _AHEAD_QUIET_EVENTS = frozenset({
     "object.__getattr__", "object.__setattr__", "object.__delattr__", "compile", "exec", "import",
@@ -672,6 +673,13 @@ class SolutionServer(Endpoint):
                 handle["bind"] = True  # a class attribute of the test's binds to its objects, as a function does
         else:
             handle["k"] = "object"
+            if isinstance(obj, datetime.tzinfo):
+                handle["zone"] = True  # a time zone whose offset depends on the moment: a tzinfo there too
+            if not type(obj).__flags__ & _HEAP_TYPE:  # a builtin type (a generator, map, zip): it cannot change
+                if hasattr(type(obj), "__next__"):
+                    handle["selfiter"] = True  # an iterator of its own: iter() returns it
+                if not hasattr(type(obj), "__len__"):
+                    handle["nolen"] = True  # list() asks len() first: refused here, not asked
         if not isinstance(obj, type) and _MIXED_KEYS.get(id(type(obj))) is not None:
             handle["mixed"] = _MIXED_KEYS[id(type(obj))]  # an object of a test's class: one there too
         return handle
@@ -977,6 +985,10 @@ class SolutionServer(Endpoint):
             return copy.deepcopy(target) if request.get("deep") else copy.copy(target)
         if op == "dir":
             return sorted(str(name) for name in dir(target))
+        if op == "code":  # what inspect reads of a function's code object, as plain data
+            code = target.__code__
+            return [code.co_flags & 0x3A0, str(code.co_filename)[:500], str(code.co_name)[:200],
+                    int(code.co_firstlineno)]
         if op == "signature":  # inspect.signature of a callable of the solution, as plain data
             import inspect
 

@@ -1124,6 +1124,8 @@ class SolutionClient(Endpoint):
             mixed = self.proxies.get(data.get("mixed")) if type(data.get("mixed")) is int else None
             if isinstance(mixed, RemoteClass) and issubclass(mixed, _MixedObject):  # an object of a test's class
                 made = mixed._factory_new(self, key, _safe_name(data.get("type"), "object"), kind == "callable")
+            elif data.get("zone") is True and kind == "object":  # a tzinfo of the solution's: one here too
+                made = _RemoteZone(self, key)
             elif kind == "callable" and data.get("bind") is True:
                 made = _RemoteFunction(self, key, _safe_name(data.get("type"), "object"), callable_=True)
             else:
@@ -1282,6 +1284,75 @@ class _SolutionZone(datetime.tzinfo):
 
     def __repr__(self):
         return f"<solution time zone {self._name or self._offset}>"
+
+    def __reduce_ex__(self, protocol):
+        return _pickled_by_solution(self._factory_key, protocol)
+
+
+class _RemoteZone(datetime.tzinfo):
+    """A time zone object of the solution whose offset depends on the moment (``isodate.LOCAL``): a ``tzinfo``
+    here, so ``datetime(..., tzinfo=zone)`` takes it, each ``utcoffset``/``dst``/``tzname``/``fromutc`` answered
+    by the object in the solution's process (a datetime carrying it is compared with the solution's offsets, as
+    in-process); passed back, it is the solution's own object again."""
+
+    __slots__ = ("_factory_client", "_factory_key")
+
+    def __init__(self, client, key):
+        self._factory_client, self._factory_key = client, key
+
+    def _factory_handle_of(self):
+        return {"h": self._factory_key}
+
+    def _factory_method(self, name, *args):
+        client = self._factory_client
+        return client.exchange_checked({"op": "callmethod", "h": {"h": self._factory_key}, "name": name,
+                                        "a": [client.encode(a) for a in args]}, None)
+
+    def _factory_checked(self, name, dt, allowed):
+        value = self._factory_method(name, dt)
+        if not isinstance(value, allowed):
+            raise BoundaryError(f"the solution's time zone answered {name}() with a {type(value).__name__}")
+        return value
+
+    def utcoffset(self, dt):
+        return self._factory_checked("utcoffset", dt, (datetime.timedelta, type(None)))
+
+    def dst(self, dt):
+        return self._factory_checked("dst", dt, (datetime.timedelta, type(None)))
+
+    def tzname(self, dt):
+        return self._factory_checked("tzname", dt, (str, type(None)))
+
+    def fromutc(self, dt):
+        if not isinstance(dt, datetime.datetime) or dt.tzinfo is not self:
+            raise ValueError("fromutc: dt.tzinfo is not self")
+        return self._factory_checked("fromutc", dt, datetime.datetime)
+
+    def __getattr__(self, name):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return _probe(lambda: self._factory_client.request("getattr", h={"h": self._factory_key}, name=name), name)
+
+    def __repr__(self):
+        try:
+            text = self._factory_client.request("repr", h={"h": self._factory_key})
+        except BaseException:
+            text = None
+        return text if type(text) is str else f"<solution time zone #{self._factory_key}>"
+
+    def __reduce_ex__(self, protocol):
+        return _pickled_by_solution(self._factory_key, protocol)
+
+
+def _pickled_by_solution(key, protocol):
+    """The reduction of the solution's object ``key``: its own pickle of itself, loaded again there."""
+    client = _CLIENT["client"]
+    if client is None:
+        raise BoundaryError("an object of the solution can only be pickled while its tests run")
+    data = client.request("pickle", h={"h": key}, protocol=int(protocol))
+    if type(data) is not bytes:
+        raise BoundaryError(f"the solution pickled its object #{key} as a {type(data).__name__}")
+    return _solution_unpickle, (data,)
 
 
 class _Snapshot:
@@ -1778,6 +1849,23 @@ def _asked_by_pytest():
     return True
 
 
+def _remote_code(remote):
+    """A code object standing for a solution function's: our own empty body, with the function's generator,
+    and coroutine flags, file name, name and first line as the solution states them
+    (what ``inspect.iscoroutinefunction``, ``isgeneratorfunction`` and a test reading ``co_filename`` use).
+    Never for pytest, which keeps seeing a handle that has no code."""
+    if _asked_by_pytest():
+        raise AttributeError("__code__")
+    try:
+        flags, filename, name, line = remote._op("code")
+        template = (lambda: None).__code__
+        return template.replace(co_flags=(template.co_flags & ~0x3A0) | (int(flags) & 0x3A0),
+                                co_filename=str(filename)[:500], co_name=str(name)[:200] or "<solution>",
+                                co_firstlineno=max(1, int(line)))
+    except (SolutionUnavailable, BoundaryError, AttributeError, TypeError, ValueError):
+        raise AttributeError("__code__") from None
+
+
 def _remote_signature(remote):
     """``inspect.signature`` of a callable of the solution, rebuilt here from plain data (names, kinds,
     defaults as they cross, annotations as text).
@@ -1900,6 +1988,8 @@ class RemoteObject:
             return wrapped
         if name == "__signature__":
             return _remote_signature(self)
+        if name == "__code__":
+            return _remote_code(self)
         if name.startswith("__") and name.endswith("__") and name not in _DATA_DUNDERS:
             raise AttributeError(name)
         return _probe(lambda: self._op("getattr", name=name), name)
@@ -1962,10 +2052,7 @@ class RemoteObject:
     def __reduce_ex__(self, protocol):
         # Pickled by the solution, in its process: the stream made here holds its bytes as data and names only
         # _solution_unpickle, which hands them back to the solution to load (never loaded here).
-        data = self._op("pickle", protocol=int(protocol))
-        if type(data) is not bytes:
-            raise BoundaryError(f"{self._factory_describe()}: the solution pickled it as a {type(data).__name__}")
-        return _solution_unpickle, (data,)
+        return _pickled_by_solution(object.__getattribute__(self, "_key"), protocol)
 
     def __copy__(self):
         return self._op("copy", deep=False)
