@@ -66,7 +66,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from factory.sandbox import SandboxLimits, SandboxSpec, create_sandbox, sandbox_folder
+from factory.sandbox import ExecResult, SandboxLimits, SandboxSpec, create_sandbox, sandbox_folder
 from factory.tasks import Task
 from factory.verifiers._boundary import BOUNDARY_DIR, SETTINGS_NAME
 from factory.verifiers._trusted_runner import PACKAGE_MARKER
@@ -77,6 +77,8 @@ __all__ = ["IsolatedRun", "bootstrap_files", "bootstrap_source", "module_names",
 SOCKET_NAME = "solution.sock"
 #: The scratch area's folder in the shared directory: the tests' temporary files, seen by both sides.
 SCRATCH_NAME = "scratch"
+#: Backends whose trusted side is forked from a warm runner by default (see :mod:`._warm`).
+WARM_BACKENDS = frozenset({"bwrap", "none"})
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: Files the interpreter or pytest would act on by their mere presence.
 _HOOK_NAMES = frozenset({"sitecustomize.py", "usercustomize.py", "conftest.py"})
@@ -185,13 +187,27 @@ def _run_file(path: str, site: bool = True) -> list[str]:
     return ["python", "-s", "-B", *([] if site else ["-S"]), "-c", loader]
 
 
+#: ``sh -c`` prefix running its arguments with the address space laid out the same in every process (no ASLR:
+#: ``setarch -R``) where the sandbox allows it, else plainly. Before Python 3.12, ``hash(None)`` is ``None``'s
+#: address, so a suite parametrized from a set holding ``None`` (isodate's) names its tests in another order in
+#: each process: the isolated run's ids would differ from the reference run's (read as a changed collection)
+#: and from bare pytest's. Only for processes that run no agent code, or the pristine task's reference run.
+_STABLE_LAYOUT = ("sh", "-c", 'if setarch -R true 2>/dev/null; then exec setarch -R "$@"; fi; exec "$@"', "sh")
+
+
+def stable_layout(argv: list[str]) -> list[str]:
+    """``argv`` run with a fixed address-space layout where the sandbox allows it (see :data:`_STABLE_LAYOUT`)."""
+    return [*_STABLE_LAYOUT, *argv]
+
+
 def trusted_command(name: str) -> list[str]:
     """The argv that runs the bootstrap folder's script ``name`` as ``__main__`` in the trusted sandbox.
 
     The launcher needs only the standard library (the command it starts is
     an ordinary process, with its own ``site``); the runner imports pytest.
+    Both with a fixed address-space layout (:func:`stable_layout`).
     """
-    return _run_file(f"{BOUNDARY_DIR}/{name}", site=name != LAUNCHER_NAME)
+    return stable_layout(_run_file(f"{BOUNDARY_DIR}/{name}", site=name != LAUNCHER_NAME))
 
 
 #: The solution side's front door, with its bytecode, in a folder of the shared directory (the solution's
@@ -212,10 +228,40 @@ def place_server(shared: str) -> None:
         os.chmod(path, 0o444)
 
 
+#: The front door's launch: listen first (stdlib only, no ``site`` yet), then ``site`` and the server's own
+#: imports, so the trusted side connects (its request waits in the backlog) and starts pytest meanwhile.
+_SERVER_PRELUDE = """\
+import json, os, socket, sys
+settings = json.loads(sys.stdin.read())
+sys.stdin.close()
+listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+try:
+    os.unlink(settings["socket"])
+except FileNotFoundError:
+    pass
+listener.bind(settings["socket"])
+os.chmod(settings["socket"], 0o666)
+listener.listen(64)
+import site
+site.main()
+import importlib.machinery
+__name__ = "factory_server"
+exec(importlib.machinery.SourceFileLoader(__name__, {path!r}).get_code(__name__))
+__name__ = "__main__"
+serve_forever(settings, listener)
+"""
+
+
 def server_command(shared_path: str) -> list[str]:
     """The argv that runs the front door placed by :func:`place_server`, ``shared_path`` being the shared
-    directory's path inside the solution sandbox."""
-    return _run_file(f"{shared_path}/{SERVER_DIR}/{SERVER_NAME}")
+    directory's path inside the solution sandbox (settings on standard input).
+
+    ``-S``: the prelude binds the socket before ``site`` runs; it then runs
+    ``site`` itself, so the server and the solution see the same
+    ``sys.path`` as without the flag.
+    """
+    return ["python", "-I", "-B", "-S", "-c",
+            _SERVER_PRELUDE.format(path=f"{shared_path}/{SERVER_DIR}/{SERVER_NAME}")]
 
 
 def _is_hook(path: str) -> bool:
@@ -327,9 +373,25 @@ class IsolatedRun:
     output: str = ""
 
 
+def parse_report(result: ExecResult, nonce: str, modules: list[str], command: str | None) -> IsolatedRun:
+    """The :class:`IsolatedRun` of a trusted run's ``result``: its last ``<nonce> <base64 JSON>`` line."""
+    for line in reversed(result.stdout.splitlines()):
+        if line.startswith(nonce + " "):
+            try:
+                payload = json.loads(base64.b64decode(line[len(nonce) + 1:]))
+            except ValueError:
+                break
+            return IsolatedRun(payload, result.exit_code, result.timed_out, modules=modules,
+                               output_truncated=result.output_truncated,
+                               output=_without(nonce, result.stdout + result.stderr)[-2000:]
+                               if command is not None else "")
+    return IsolatedRun(None, result.exit_code, result.timed_out, output_tail=(result.stdout + result.stderr)[-600:],
+                       modules=modules, output_truncated=result.output_truncated)
+
+
 async def run_isolated(task: Task, solution: Mapping[str, str | bytes], args: list[str] | None, *, sandbox: str,
                        limits: SandboxLimits, timeout_s: float, call_timeout_s: float | None = None,
-                       command: str | None = None) -> IsolatedRun:
+                       command: str | None = None, warm: bool = True) -> IsolatedRun:
     """Run the task's tests in a trusted sandbox against ``solution`` served from another.
 
     Args:
@@ -344,12 +406,20 @@ async def run_isolated(task: Task, solution: Mapping[str, str | bytes], args: li
         call_timeout_s: Longest a single call into the solution may take
             (default: half of ``timeout_s``); past it the solution counts as hung
             and its remaining calls fail at once, so the other tests still report.
+        warm: Fork the trusted side from a warm runner that has imported pytest
+            already (:mod:`._warm`), where the backend has one; False: a fresh
+            trusted sandbox and interpreter.
 
     Raises:
         SandboxError: If a sandbox cannot start (an infrastructure failure, not a verdict).
     """
     if (args is None) == (command is None):
         raise ValueError("run_isolated takes pytest args or a command, not both")
+    if warm and sandbox in WARM_BACKENDS:
+        from factory.verifiers._warm import run_warm
+
+        return await run_warm(task, solution, args, sandbox=sandbox, limits=limits, timeout_s=timeout_s,
+                              call_timeout_s=call_timeout_s, command=command)
     data, tests = trusted_files(task)
     modules = module_names(solution, {**data, **tests})
     shared = tempfile.mkdtemp(prefix="factory-channel-", dir=sandbox_folder())  # swept if this process dies
@@ -406,15 +476,4 @@ async def run_isolated(task: Task, solution: Mapping[str, str | bytes], args: li
                 await asyncio.gather(server, return_exceptions=True)
     finally:
         shutil.rmtree(shared, ignore_errors=True)
-    for line in reversed(result.stdout.splitlines()):
-        if line.startswith(nonce + " "):
-            try:
-                payload = json.loads(base64.b64decode(line[len(nonce) + 1:]))
-            except ValueError:
-                break
-            return IsolatedRun(payload, result.exit_code, result.timed_out, modules=modules,
-                               output_truncated=result.output_truncated,
-                               output=_without(nonce, result.stdout + result.stderr)[-2000:]
-                               if command is not None else "")
-    return IsolatedRun(None, result.exit_code, result.timed_out, output_tail=(result.stdout + result.stderr)[-600:],
-                       modules=modules, output_truncated=result.output_truncated)
+    return parse_report(result, nonce, modules, command)

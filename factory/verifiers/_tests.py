@@ -36,6 +36,9 @@ floored at 0; the verdict never passes) is any of:
   would then construct an object of a class the tests name, whose own
   comparison the trusted side lets decide (``add(2, 3) == 5`` answered by a
   forged ``__eq__``);
+- a dataclass of the solution compares no field (every field
+  ``compare=False``: any two of its objects are equal, in any process;
+  ``dataclass_eq_vacuous``), unless the starter file had it so;
 - a copy of a visible test file sits in the final workspace, plain or
   encoded (base64, hex, base32/85, zlib/gzip/bz2/lzma, rot13, reversed, or
   inside a long string literal): the solution could read expected values
@@ -98,7 +101,7 @@ from factory.errors import SandboxError
 from factory.sandbox import Sandbox, SandboxLimits, SandboxSpec, create_sandbox, files_spec
 from factory.tasks import Task
 from factory.verifiers._base import Verdict, VerifyContext, register_verifier
-from factory.verifiers._isolation import run_isolated, solution_files
+from factory.verifiers._isolation import run_isolated, solution_files, stable_layout
 from factory.verifiers._monitor import MonitorConfig, _text, scan_solution
 from factory.verifiers._pytest_guard import GUARD_SOURCE, GUARD_VERSION
 
@@ -260,7 +263,35 @@ def scan_files(files: Mapping[str, str | bytes], task: Task) -> list[dict[str, A
             if original is not None:
                 findings.extend({"code": "function_made_class", "file": path, "name": name}
                                 for name in _functions_made_classes(_text(original), text))
+            findings.extend({"code": "dataclass_eq_vacuous", "file": path, "name": name}
+                            for name in sorted(_vacuous_dataclasses(text) - _vacuous_dataclasses(
+                                _text(original) if original is not None else "")))
     return findings + _test_copies(files, task)
+
+
+def _vacuous_dataclasses(text: str) -> set[str]:
+    """Dataclasses in ``text`` with a generated ``__eq__`` and fields, none of which is compared."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return set()
+    found = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        decorator = next((d for d in node.decorator_list if (ast.unparse(d.func if isinstance(d, ast.Call) else d)
+                                                             .rsplit(".", 1)[-1] == "dataclass")), None)
+        if decorator is None or (isinstance(decorator, ast.Call) and any(
+                k.arg == "eq" and isinstance(k.value, ast.Constant) and k.value.value is False
+                for k in decorator.keywords)):
+            continue
+        fields = [item for item in node.body if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
+                  and "ClassVar" not in ast.unparse(item.annotation)]
+        if fields and all(isinstance(f.value, ast.Call) and any(
+                k.arg == "compare" and isinstance(k.value, ast.Constant) and k.value.value is False
+                for k in f.value.keywords) for f in fields):
+            found.add(node.name)
+    return found
 
 
 def _functions_made_classes(original: str, text: str) -> list[str]:
@@ -471,7 +502,8 @@ class TestsVerifier:
         watched = sorted(p for p in task.all_tests if p.endswith(".py") or p in task.hidden_tests)
         settings = {"nonce": nonce, "args": args, "test_files": watched,
                     "allow_conftest": any(p.rsplit("/", 1)[-1] == "conftest.py" for p in task.all_tests)}
-        result = await sandbox.exec(["python", "-s", "-c", GUARD_SOURCE], timeout=self.timeout_s,
+        # A fixed address-space layout: the reference and the in-process run name set-parametrized tests alike.
+        result = await sandbox.exec(stable_layout(["python", "-s", "-c", GUARD_SOURCE]), timeout=self.timeout_s,
                                     stdin=json.dumps(settings))
         for line in reversed(result.stdout.splitlines()):
             if line.startswith(nonce + " "):
