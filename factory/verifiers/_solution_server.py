@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import builtins
 import collections
+import collections.abc
 import dataclasses
 import datetime
 import enum
@@ -205,7 +206,7 @@ def _pickle(obj, protocol):
                     _MIXED_CLASSES.get(_MIXED_KEYS[id(value)]) is value:
                 return _mixed_class, (_MIXED_KEYS[id(value)],)
             server = _SERVER[0] if _SERVER else None
-            if type(value) is TrustedObject or type(value) is TrustedFunction:  # pickled there, kept there
+            if type(value) in _TRUSTED_TYPES:  # pickled there, kept there
                 return _trusted_unpickle, (value._op("pickle"),)
             if type(value) is types.FunctionType and server is not None and id(value) in server.mirrors:
                 return _trusted_unpickle, (server.request("pickle", rh=server.mirrors[id(value)]),)
@@ -310,6 +311,53 @@ class TrustedFunction(TrustedObject):
 
     def __get__(self, obj, objtype=None):
         return self if obj is None else types.MethodType(self, obj)
+
+
+#: Standard-library bases that code checks with isinstance: a test's object of one is one here too.
+_STANDARD_ABCS = {"Mapping": collections.abc.Mapping, "MutableMapping": collections.abc.MutableMapping,
+                  "Sequence": collections.abc.Sequence, "MutableSequence": collections.abc.MutableSequence,
+                  "Set": collections.abc.Set, "MutableSet": collections.abc.MutableSet,
+                  "IOBase": io.IOBase, "TextIOBase": io.TextIOBase, "BufferedIOBase": io.BufferedIOBase,
+                  "RawIOBase": io.RawIOBase}
+#: The classes of handles on the test's objects (TrustedObject, TrustedFunction and those made below).
+_TRUSTED_TYPES = {TrustedObject, TrustedFunction}
+_TRUSTED_CLASSES = {}
+
+
+def _trusted_class(kind, names):
+    """The class of a handle on a test's object whose class derives from the standard bases ``names``.
+
+    An abstract base (``Mapping``, ``io.TextIOBase``) registers the handle
+    class (isinstance holds; every method is still the test's own); a
+    ``datetime.tzinfo`` is a real subclass, so ``datetime`` takes it, whose
+    ``utcoffset``/``dst``/``tzname``/``fromutc`` run the test's.
+    """
+    cls = _TRUSTED_CLASSES.get((kind, names))
+    if cls is not None:
+        return cls
+    own = vars(TrustedObject)
+    namespace = {name: value for name, value in vars(kind).items() if name not in own or kind is TrustedObject}
+    namespace = {name: value for name, value in {**own, **namespace}.items()
+                 if name not in ("__slots__", "__dict__", "__weakref__") and name not in TrustedObject.__slots__}
+    if "tzinfo" in names:
+        def forward(name):
+            def method(self, dt):
+                return self._op("getattr", name=name)(dt)
+            method.__name__ = name
+            return method
+
+        namespace.update({name: forward(name) for name in ("utcoffset", "dst", "tzname", "fromutc")})
+        namespace["__eq__"] = lambda self, other: self is other
+        namespace["__slots__"] = TrustedObject.__slots__
+        cls = type(f"{kind.__name__}Zone", (datetime.tzinfo,), namespace)
+    else:
+        cls = type(kind.__name__, (kind,), {"__slots__": (), "__module__": own["__module__"], "__doc__": own["__doc__"]})
+        for name in names:
+            if name in _STANDARD_ABCS:
+                _STANDARD_ABCS[name].register(cls)
+    _TRUSTED_CLASSES[(kind, names)] = cls
+    _TRUSTED_TYPES.add(cls)
+    return cls
 
 
 class _AnnotationText(str):
@@ -693,7 +741,7 @@ class SolutionServer(Endpoint):
     def objects_of(self, value, nested):
         """Value objects of the solution as snapshots; the test's handles and builtins by name."""
         kind = type(value)
-        if kind is TrustedObject or kind is TrustedFunction:
+        if kind in _TRUSTED_TYPES:
             return {"rh": object.__getattribute__(value, "_key")}
         if kind is types.FunctionType and id(value) in self.mirrors:
             return {"rh": self.mirrors[id(value)]}
@@ -713,6 +761,8 @@ class SolutionServer(Endpoint):
         array = _array_of(value)
         if array is not None:
             return array
+        if kind.__name__ == "Namespace" and kind.__module__ == "argparse":  # parse_args()'s: its fields, a value
+            return {"ns": [[str(name), nested(item)] for name, item in vars(value).items()]}
         found = _value_base(kind)
         if found is not None:
             return {"bv": [self.handle_of(value), self.handle_of(kind), kind.__name__, found[1],
@@ -762,6 +812,10 @@ class SolutionServer(Endpoint):
 
             data = numpy.frombuffer(base64.b64decode(body[2]), dtype=numpy.dtype(body[0]))
             return data[0] if body[1] is None else data.reshape(body[1]).copy()
+        if tag == "ns":
+            import argparse
+
+            return argparse.Namespace(**{str(name): nested(item) for name, item in body})
         if tag == "pk":  # a test's numpy/pandas object, pickled by the trusted side (never the other way)
             import base64
             import pickle
@@ -784,6 +838,9 @@ class SolutionServer(Endpoint):
             made = _mirror_function(self, key, described) if described is not None else None
             if made is None:
                 kind = TrustedFunction if data.get("k") == "function" else TrustedObject
+                std = data.get("std")
+                if type(std) is list and std:
+                    kind = _trusted_class(kind, tuple(str(name) for name in std[:8]))
                 made = kind(self, key, data.get("k"), data.get("name"))
             else:
                 self.mirrors[id(made)] = key

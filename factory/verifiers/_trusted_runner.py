@@ -91,6 +91,7 @@ import enum
 import functools
 import importlib.abc
 import importlib.machinery
+import io
 import keyword
 import os
 import re
@@ -350,6 +351,25 @@ _MOCK_WRITERS = frozenset({"configure_mock", "attach_mock", "mock_add_spec", "re
                            "return_value"})
 
 
+#: Standard-library bases the solution's code checks with isinstance, by the name the solution side knows.
+_STANDARD_BASES = (("tzinfo", datetime.tzinfo), ("MutableMapping", collections.abc.MutableMapping),
+                   ("Mapping", collections.abc.Mapping), ("MutableSequence", collections.abc.MutableSequence),
+                   ("Sequence", collections.abc.Sequence), ("MutableSet", collections.abc.MutableSet),
+                   ("Set", collections.abc.Set), ("TextIOBase", io.TextIOBase),
+                   ("BufferedIOBase", io.BufferedIOBase), ("RawIOBase", io.RawIOBase), ("IOBase", io.IOBase))
+
+
+def _defined_by_tests(cls, name):
+    """Whether method ``name`` of ``cls`` is a function of the tests' own code (not the standard library's or
+    pytest's)."""
+    for klass in cls.__mro__:
+        if name in vars(klass):
+            module = str(getattr(klass, "__module__", "") or "")
+            return isinstance(vars(klass)[name], types.FunctionType) and not module.startswith(
+                ("_pytest", "pytest", "pluggy")) and module.split(".")[0] not in sys.stdlib_module_names
+    return False
+
+
 def _no_reverse(value):
     """Why a test's object may not be handed to the solution (None when it may)."""
     if isinstance(value, (types.FrameType, types.TracebackType, types.CodeType)):
@@ -541,6 +561,7 @@ class SolutionClient(Endpoint):
         self.stream_only = {}  # key -> whether a stream the solution got as its sys.stdin (etc.) is read
         self.root = os.getcwd()  # the trusted workspace: a working directory inside it crosses relative to it
         self.pickled = []  # the test's objects the solution pickled (it holds their index, never the bytes)
+        self.standard_bases = {}  # a test object's class -> the standard bases it derives from (handle "std")
 
     # ------------------------------------------------------------ protocol
 
@@ -801,6 +822,9 @@ class SolutionClient(Endpoint):
             return {"mod": name}
         if type(value).__module__.startswith(_DATA_LIBRARIES):
             return _data_value(value)
+        if type(value).__name__ == "Namespace" and type(value).__module__ == "argparse" \
+                and type(value) is getattr(sys.modules.get("argparse"), "Namespace", None):
+            return {"ns": [[str(name), nested(item)] for name, item in vars(value).items()]}
         return None
 
     def objects_from(self, tag, body, nested):
@@ -822,6 +846,13 @@ class SolutionClient(Endpoint):
             return _builtin_value(self, body, nested)
         if tag == "nd":
             return _array_from(body)
+        if tag == "ns":  # an argparse.Namespace of the solution's (parse_args()): rebuilt here from its fields
+            if type(body) is not list or len(body) > 1000 or not all(
+                    type(pair) is list and len(pair) == 2 and type(pair[0]) is str for pair in body):
+                raise WireError("malformed namespace")
+            import argparse
+
+            return argparse.Namespace(**{name: nested(item) for name, item in body})
         if tag == "en":
             if type(body) is not list or len(body) != 4 or type(body[1]) is not str:
                 raise WireError("malformed enum member")
@@ -887,6 +918,13 @@ class SolutionClient(Endpoint):
         kind = ("class" if isinstance(value, type) else "function" if isinstance(value, types.FunctionType)
                 else "callable" if callable(value) else "object")
         handle = {"rh": key, "k": kind, "name": _safe_name(getattr(type(value), "__name__", "object"))}
+        if kind in ("object", "callable"):
+            std = self.standard_bases.get(type(value))
+            if std is None:
+                std = self.standard_bases[type(value)] = [name for name, base in _STANDARD_BASES
+                                                          if isinstance(value, base)]
+            if std:
+                handle["std"] = std  # the solution's isinstance(x, Mapping / tzinfo / io.TextIOBase) holds
         if type(value) is types.FunctionType or (type(value) is types.MethodType
                                                  and type(value.__func__) is types.FunctionType):
             described = self.describe_function(key, value)
@@ -1072,8 +1110,10 @@ class SolutionClient(Endpoint):
             return target[self.decode(request.get("key"))]
         if op in ("setitem", "delitem"):
             # a mapping or sequence of the test the solution fills (a defaultdict, a Counter, a deque)
-            if _is_mock(target) or not isinstance(
-                    target, (collections.abc.MutableMapping, collections.abc.MutableSequence, *_LIVE_BASES)):
+            # or an object of the test's own class that defines the item method (toolz's CustomMapping)
+            if _is_mock(target) or not (isinstance(
+                    target, (collections.abc.MutableMapping, collections.abc.MutableSequence, *_LIVE_BASES))
+                    or _defined_by_tests(type(target), f"__{op}__")):
                 raise TypeError(f"the test's {type(target).__name__} does not take items from the solution")
             key = self.decode(request.get("key"))
             if op == "delitem":
@@ -1830,8 +1870,10 @@ def _decide(self, other, name):
         raise BoundaryError(f"{self._factory_describe()} was not built by the test (by calling its class): compared "
                             f"({symbol}) with the test's own {type(other).__name__}, the solution's comparison would "
                             "decide the test's expected value, so it is refused; the solution must return plain data")
+    if not answer:  # declined: Python asks the other operand, nothing was decided here
+        return NotImplemented
     _DECIDED[_NAN["current"]] = _DECIDED.get(_NAN["current"], 0) + 1
-    return answer[0] if answer else NotImplemented
+    return answer[0]
 
 
 def _asked_by_pytest():

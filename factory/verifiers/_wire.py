@@ -67,7 +67,7 @@ _MUTABLE = (list, dict, set, bytearray)
 #: Handle keys: an object of the solution ("h") or of the trusted side ("rh").
 HANDLE_KEYS = ("h", "rh")
 #: Tags only a side's own ``objects`` hook decodes.
-SIDE_TAGS = frozenset({"nt", "dc", "en", "bi", "mod", "tzo", "bv", "nd", "pk"})
+SIDE_TAGS = frozenset({"nt", "dc", "en", "bi", "mod", "tzo", "bv", "nd", "pk", "ns"})
 _PATHS = {"pp": pathlib.PurePosixPath, "pw": pathlib.PureWindowsPath, "cp": pathlib.PosixPath}
 _ZONE_KEY = re.compile(r"^[A-Za-z0-9_+\-]+(/[A-Za-z0-9_+\-]+)*$")
 _BUILTINS_NAMESPACE = vars(builtins)
@@ -146,7 +146,7 @@ def _encode_tz(tz, value, nested=None):
         if handle_of is not None:
             return {"obj": handle_of(tz)}
         own = nested(tz)
-        if type(own) is dict and "tzo" in own:
+        if type(own) is dict and ("tzo" in own or "rh" in own):  # (a test's zone: its own object again)
             return {"obj": own}
     moment = value if isinstance(value, datetime.datetime) else None
     try:
