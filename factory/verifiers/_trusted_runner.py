@@ -822,6 +822,17 @@ class SolutionClient(Endpoint):
             return {"mod": name}
         if type(value).__module__.startswith(_DATA_LIBRARIES):
             return _data_value(value)
+        fields = getattr(type(value), "__dataclass_fields__", None)
+        if type(fields) is dict and not isinstance(value, type) and not _is_mock(value) \
+                and getattr(type(value), "_factory_handle_of", None) is None:
+            # A dataclass of the test's: a dataclass in the solution's process too (dataclasses.fields, asdict),
+            # its public fields copied as it crosses, everything else asked of the test's object.
+            params = getattr(type(value), "__dataclass_params__", None)
+            names = [name for name, spec in fields.items() if type(name) is str and not name.startswith("_")
+                     and getattr(spec, "_field_type", None) is getattr(sys.modules.get("dataclasses"), "_FIELD", 0)]
+            return {"tdc": [self.handle_of(value), self.handle_of(type(value)), type(value).__name__,
+                            [[name, nested(getattr(value, name))] for name in names[:200]],
+                            [bool(getattr(params, flag, False)) for flag in ("eq", "order", "frozen")]]}
         if type(value).__name__ == "Namespace" and type(value).__module__ == "argparse" \
                 and type(value) is getattr(sys.modules.get("argparse"), "Namespace", None):
             return {"ns": [[str(name), nested(item)] for name, item in vars(value).items()]}
@@ -2244,6 +2255,10 @@ class _RemoteNamespace(collections.abc.Mapping):
 
     def __len__(self):
         return sum(1 for _ in self)
+
+    def copy(self):
+        """A plain dict of the namespace as it is now (``vars(module).copy()``: doctest's globals)."""
+        return {name: self[name] for name in self}
 
 
 class RemoteModule(types.ModuleType):
