@@ -563,6 +563,10 @@ class SolutionServer(Endpoint):
         self.ids = {}
         self.trusted = {}
         self.mirrors = {}  # id of a mirror of a test's function -> its key (kept alive by self.trusted)
+        self.dataclass_mirrors = {}  # key of a test's dataclass instance -> its mirror here
+        self.dataclass_keys = {}  # id of such a mirror -> the key
+        self.dataclass_classes = {}  # (the test's class key, its field names) -> the mirror's class
+        self.dataclass_trusted = {}  # key -> the handle on the test's object itself
         self.mirror_seen = {}  # key -> the test function's attributes when it last crossed
         self.logs = []
         self.warns = []
@@ -745,6 +749,8 @@ class SolutionServer(Endpoint):
             return {"rh": object.__getattribute__(value, "_key")}
         if kind is types.FunctionType and id(value) in self.mirrors:
             return {"rh": self.mirrors[id(value)]}
+        if id(value) in self.dataclass_keys and self.dataclass_mirrors.get(self.dataclass_keys[id(value)]) is value:
+            return {"rh": self.dataclass_keys[id(value)]}  # a test's dataclass instance goes home
         if isinstance(value, enum.Enum) and isinstance(kind, enum.EnumMeta):
             # The member's own handle too: where the trusted side cannot rebuild the class, it keeps a handle.
             return {"en": [self.handle_of(kind), str(value.name), nested(value.value), self.handle_of(value)]}
@@ -812,6 +818,8 @@ class SolutionServer(Endpoint):
 
             data = numpy.frombuffer(base64.b64decode(body[2]), dtype=numpy.dtype(body[0]))
             return data[0] if body[1] is None else data.reshape(body[1]).copy()
+        if tag == "tdc":
+            return self.dataclass_mirror(body, nested)
         if tag == "ns":
             import argparse
 
@@ -822,6 +830,42 @@ class SolutionServer(Endpoint):
 
             return pickle.loads(base64.b64decode(body))
         raise WireError(f"unknown tag {tag!r}")
+
+    def dataclass_mirror(self, body, nested):
+        """A test's dataclass instance as a dataclass of this process (one per instance; its public fields as the
+        test had them when it last crossed; any other attribute, a method, is asked of the test's object)."""
+        handle, cls_handle, name, fields, flags = body
+        trusted = self.resolve(handle)
+        names = tuple(pair[0] for pair in fields)
+        if not all(type(n) is str and n.isidentifier() and not keyword.iskeyword(n) for n in names) \
+                or len(set(names)) != len(names):
+            return trusted
+        key = handle["rh"]
+        mirror = self.dataclass_mirrors.get(key)
+        if mirror is None:
+            class_key = (cls_handle.get("rh"), names)
+            cls = self.dataclass_classes.get(class_key)
+            if cls is None:
+                server = self
+
+                def __getattr__(obj, attribute):
+                    own = server.dataclass_keys.get(id(obj))
+                    if own is None or attribute.startswith("__"):
+                        raise AttributeError(attribute)
+                    return getattr(server.dataclass_trusted[own], attribute)
+
+                eq, order, frozen = (bool(flag) for flag in flags[:3])
+                cls = dataclasses.make_dataclass(
+                    "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in str(name)[:100]) or "TestValue",
+                    list(names), namespace={"__getattr__": __getattr__}, eq=eq, order=order and eq, frozen=frozen)
+                self.dataclass_classes[class_key] = cls
+            mirror = object.__new__(cls)
+            self.dataclass_mirrors[key] = mirror
+            self.dataclass_keys[id(mirror)] = key
+            self.dataclass_trusted[key] = trusted
+        for field_name, data in fields:
+            object.__setattr__(mirror, field_name, nested(data))
+        return mirror
 
     def resolve(self, data):
         if "rh" in data:
