@@ -20,7 +20,8 @@ Exceptions cross as their class name and message (a builtin class by name,
 a solution class by handle).
 
 Objects of the test passed to a call arrive as :class:`TrustedObject`
-handles: calling one (a key function, a callback, a test function the
+handles (a test's function as a generated mirror function with its
+signature and metadata, :func:`_mirror_function`): calling one (a key function, a callback, a test function the
 solution decorated) asks the trusted side to run it there, and the solution
 waits for the answer while serving the calls that code makes back into it.
 The containers a call received are sent back after it (write-back). What the

@@ -49,7 +49,16 @@ as context managers and read their public attributes; never set or delete
 an attribute, read a private or dunder one (``__globals__``, ``__self__``,
 ``__closure__``, ``__dict__``), a frame's or generator's (``gi_frame``,
 ``f_locals``), pytest's marks, or the methods that reconfigure a mock; a
-module, frame, or pytest's own machinery never crosses. A failure of
+module, frame, or pytest's own machinery never crosses. A test's function
+(or bound method) is mirrored there by a real function generated from a
+plain-data description (signature with the defaults that are immutable
+plain data, never a test function's; annotations as text; name, qualname,
+module, doc; generator or coroutine; its public attributes, re-sent each
+time it crosses): what the solution sets on the mirror stays there, and
+its code, globals, closure and ``__wrapped__`` are the mirror's own. The
+solution's functions show a test ``inspect.signature``, ``__doc__``,
+``__module__``, ``__wrapped__`` and a stand-in ``__code__`` (flags, file
+name) as data; pytest itself never takes a signature from the solution. A failure of
 pytest's (``pytest.fail``, a skip) or a :class:`BoundaryError` raised in
 the test's code during a solution call is re-raised once the call returns,
 whatever the solution did with it. A decorated test counts only if its own
@@ -1944,8 +1953,9 @@ def _remote_signature(remote):
         raise AttributeError("__signature__") from None
     try:
         params, returns = described
+        empty = inspect.Parameter.empty
         parameters = [inspect.Parameter(
-            str(name), inspect._ParameterKind(kind), default=default if has_default is True else inspect.Parameter.empty,
+            str(name), inspect._ParameterKind(kind), default=default if has_default is True else empty,
             annotation=_AnnotationText(annotation) if type(annotation) is str else inspect.Parameter.empty)
             for name, kind, has_default, default, annotation in params[:255]]
         return inspect.Signature(parameters, return_annotation=_AnnotationText(returns) if type(returns) is str
