@@ -325,6 +325,24 @@ _TRUSTED_TYPES = {TrustedObject, TrustedFunction}
 _TRUSTED_CLASSES = {}
 
 
+#: Container protocols a handle's class can go without (set to None: the ABCs' checks then see no method).
+_PROTOCOLS = ("__len__", "__next__", "__iter__", "__contains__")
+_LACKING_CLASSES = {}
+
+
+def _lacking_class(kind, names):
+    """``kind`` without the protocols ``names`` (the test's object has none: ``isinstance(x, Sized)`` is false)."""
+    if not names:
+        return kind
+    cls = _LACKING_CLASSES.get((kind, names))
+    if cls is None:
+        namespace = {name: None for name in names}
+        if "__slots__" in vars(kind):
+            namespace["__slots__"] = ()
+        cls = _LACKING_CLASSES[(kind, names)] = type(kind.__name__, (kind,), namespace)
+    return cls
+
+
 def _trusted_class(kind, names):
     """The class of a handle on a test's object whose class derives from the standard bases ``names``.
 
@@ -417,9 +435,8 @@ def _mirror_function(server, key, described):
                 return None
             if previous == _POSITIONAL_ONLY and kind != _POSITIONAL_ONLY:
                 text.append("/")
-            if kind == _KEYWORD_ONLY and _VAR_POSITIONAL not in [p[1] for p in params]:
-                if "*" not in text:
-                    text.append("*")
+            if kind == _KEYWORD_ONLY and _VAR_POSITIONAL not in [p[1] for p in params] and "*" not in text:
+                text.append("*")
             text.append({_VAR_POSITIONAL: "*", _VAR_KEYWORD: "**"}.get(kind, "") + name)
             if state:
                 value = server.value(default) if state == 1 else _HIDDEN_DEFAULT
@@ -783,9 +800,14 @@ class SolutionServer(Endpoint):
         """A time zone class of the solution with a fixed offset, as ``{"tzo": [...]}`` (None: a handle)."""
         try:
             offset, name, dst = zone.utcoffset(None), zone.tzname(None), zone.dst(None)
+            # the same answers in winter and summer, or its offset depends on the moment: a handle (a tzinfo
+            # asked at each use on the trusted side)
+            moments = [datetime.datetime(2000, month, 1, tzinfo=zone) for month in (1, 7)]
+            fixed = all((zone.utcoffset(m), zone.tzname(m), zone.dst(m)) == (offset, name, dst) for m in moments)
         except Exception:
             return None
-        if type(offset) is not datetime.timedelta or (dst is not None and type(dst) is not datetime.timedelta):
+        if not fixed or type(offset) is not datetime.timedelta or (
+                dst is not None and type(dst) is not datetime.timedelta):
             return None
         triple = [offset.days, offset.seconds, offset.microseconds]
         return {"tzo": [self.handle_of(zone), triple, str(name)[:60] if name is not None else None,
@@ -886,6 +908,9 @@ class SolutionServer(Endpoint):
                 std = data.get("std")
                 if type(std) is list and std:
                     kind = _trusted_class(kind, tuple(str(name) for name in std[:8]))
+                lacks = data.get("lacks")
+                if type(lacks) is list and lacks:
+                    kind = _lacking_class(kind, tuple(n for n in _PROTOCOLS if n in lacks))
                 made = kind(self, key, data.get("k"), data.get("name"))
             else:
                 self.mirrors[id(made)] = key

@@ -379,6 +379,15 @@ def _defined_by_tests(cls, name):
     return False
 
 
+def _lacking(cls):
+    """The container protocols the handle on an object of class ``cls`` must not offer (a generator is no
+    ``Sized``: code that would call ``list()`` on a sized iterable must iterate it lazily, as in-process)."""
+    lacks = [name for name in ("__len__", "__next__") if getattr(cls, name, None) is None]
+    if all(getattr(cls, name, None) is None for name in ("__iter__", "__getitem__", "__contains__")):
+        lacks += ["__iter__", "__contains__"]
+    return lacks
+
+
 def _no_reverse(value):
     """Why a test's object may not be handed to the solution (None when it may)."""
     if isinstance(value, (types.FrameType, types.TracebackType, types.CodeType)):
@@ -945,6 +954,9 @@ class SolutionClient(Endpoint):
                                                           if isinstance(value, base)]
             if std:
                 handle["std"] = std  # the solution's isinstance(x, Mapping / tzinfo / io.TextIOBase) holds
+            lacks = _lacking(type(value))
+            if lacks:
+                handle["lacks"] = lacks  # isinstance(x, Sized / Iterator / Iterable) is false there too
         if type(value) is types.FunctionType or (type(value) is types.MethodType
                                                  and type(value.__func__) is types.FunctionType):
             described = self.describe_function(key, value)
