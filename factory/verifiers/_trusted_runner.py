@@ -1315,8 +1315,10 @@ def _array_from(body):
     if shape is not None and (type(shape) is not list or len(shape) > 32 or any(
             type(n) is not int or n < 0 for n in shape)):
         raise WireError("malformed array shape")
-    import numpy
-
+    try:
+        import numpy
+    except ImportError:
+        raise WireError("an array, and no numpy here to rebuild it") from None
     dtype = numpy.dtype(body[0])
     raw = base64.b64decode(body[2].encode("ascii"), validate=True)
     count = 1
