@@ -100,6 +100,17 @@ class SandboxSpec:
             mode (pytest makes ``tmp_path`` ``0o700``) the other can still use.
             Their process limit is then shared. Backends that run every sandbox
             as one user (docker: ``nobody``) need nothing for it.
+        shared_mount: Where ``shared_dir`` appears inside (an absolute path;
+            default ``/shared``), so that a folder of one sandbox's shared
+            directory can be another sandbox's whole shared directory at the
+            same path in both. Backends that run commands on the host (none)
+            ignore it: the folder is at its host path in both.
+        no_symlinks: Creating a symbolic link fails (``EPERM``) in the sandbox
+            (bwrap and docker: their syscall filter). The solution sandbox of an
+            isolated verification: a link it planted in the scratch area it
+            shares with the trusted sandbox would be followed there by tools
+            that are not Python (``diff`` comparing a test's expected file with
+            itself). Backends that run commands on the host (none) ignore it.
     """
 
     files: Mapping[str, str | bytes] = field(default_factory=dict)
@@ -110,6 +121,8 @@ class SandboxSpec:
     options: Mapping[str, str] = field(default_factory=dict)
     shared_dir: str | None = None
     user_group: str | None = None
+    shared_mount: str | None = None
+    no_symlinks: bool = False
 
 
 @dataclass(frozen=True)

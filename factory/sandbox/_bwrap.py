@@ -219,8 +219,8 @@ class _WorkspaceMount:
 
 
 @functools.cache
-def _seccomp() -> bytes:
-    return seccomp_program()
+def _seccomp(no_symlinks: bool = False) -> bytes:
+    return seccomp_program(no_symlinks=no_symlinks)
 
 
 def _etc_files(uid: int) -> dict[str, str]:
@@ -369,7 +369,7 @@ class BwrapSandbox(Sandbox):
             await host_file_call(lambda: self._workspace.clear_readonly_paths(self._uid), "read-only files")
             read_end, write_end = os.pipe()
             try:
-                os.write(write_end, _seccomp())
+                os.write(write_end, _seccomp(self.spec.no_symlinks))
                 os.close(write_end)
                 write_end = -1
                 assert self._mount is not None

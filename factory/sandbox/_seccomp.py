@@ -18,7 +18,11 @@ bindings. The program:
 4. refuses ``clone`` with any namespace flag, and answers ``clone3`` with
    ``ENOSYS`` (its flags live in memory a filter cannot read; libc then falls
    back to ``clone``, which is checked), so no user namespace is ever made;
-5. allows everything else.
+5. with ``no_symlinks``, refuses ``symlink`` and ``symlinkat`` too (the
+   solution sandbox of an isolated verification: links it would plant in
+   the scratch area it shares with the trusted sandbox, where non-Python
+   tools such as ``diff`` follow them);
+6. allows everything else.
 
 :func:`docker_seccomp_profile` states the same rules as a Docker seccomp
 profile (``--security-opt seccomp=...``): the engine compiles it with
@@ -34,7 +38,7 @@ import struct
 
 from factory.errors import SandboxUnavailableError
 
-__all__ = ["BLOCKED_SYSCALLS", "docker_seccomp_profile", "seccomp_program", "syscall_numbers"]
+__all__ = ["BLOCKED_SYSCALLS", "SYMLINK_SYSCALLS", "docker_seccomp_profile", "seccomp_program", "syscall_numbers"]
 
 # Classic BPF opcodes (linux/filter.h) and seccomp return values (linux/seccomp.h).
 _LD_W_ABS = 0x20  # BPF_LD | BPF_W | BPF_ABS
@@ -62,6 +66,8 @@ BLOCKED_SYSCALLS: tuple[str, ...] = (
     "iopl", "ioperm", "open_by_handle_at", "userfaultfd",
     "io_uring_setup", "io_uring_enter", "io_uring_register",
 )
+#: Refused with EPERM as well where a sandbox may create no symbolic link (``no_symlinks``).
+SYMLINK_SYSCALLS: tuple[str, ...] = ("symlink", "symlinkat")
 
 # Numbers from the kernel's syscall tables (arch/x86/entry/syscalls/syscall_64.tbl,
 # include/uapi/asm-generic/unistd.h for aarch64). The calls from 424 on share
@@ -76,19 +82,20 @@ _TABLES: dict[str, tuple[int, dict[str, int]]] = {
         "bpf": 321, "mount": 165, "umount2": 166, "pivot_root": 155, "unshare": 272, "setns": 308,
         "keyctl": 250, "add_key": 248, "request_key": 249, "kexec_load": 246, "kexec_file_load": 320,
         "init_module": 175, "finit_module": 313, "delete_module": 176, "iopl": 172, "ioperm": 173,
-        "open_by_handle_at": 304, "userfaultfd": 323, "clone": 56}),
+        "open_by_handle_at": 304, "userfaultfd": 323, "clone": 56, "symlink": 88, "symlinkat": 266}),
     "aarch64": (0xC00000B7, {
         **_COMMON, "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "perf_event_open": 241,
         "bpf": 280, "mount": 40, "umount2": 39, "pivot_root": 41, "unshare": 97, "setns": 268,
         "keyctl": 219, "add_key": 217, "request_key": 218, "kexec_load": 104, "kexec_file_load": 294,
         "init_module": 105, "finit_module": 273, "delete_module": 106,
-        "open_by_handle_at": 265, "userfaultfd": 282, "clone": 220}),  # no iopl/ioperm on arm64
+        "open_by_handle_at": 265, "userfaultfd": 282, "clone": 220, "symlinkat": 36}),  # no iopl/ioperm, symlink
 }
 _MACHINES = {"amd64": "x86_64", "arm64": "aarch64"}
 
 
 def syscall_numbers() -> dict[str, dict[str, int]]:
-    """The numbers of :data:`BLOCKED_SYSCALLS` (and ``clone``, ``clone3``) on each known machine."""
+    """The numbers of :data:`BLOCKED_SYSCALLS`, :data:`SYMLINK_SYSCALLS`, ``clone`` and ``clone3`` on each known
+    machine."""
     return {machine: dict(numbers) for machine, (_, numbers) in _TABLES.items()}
 
 
@@ -96,8 +103,17 @@ def _insn(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
     return struct.pack("=HBBI", code, jt, jf, k)
 
 
-def seccomp_program(machine: str | None = None) -> bytes:
+def _blocked(machine: str, no_symlinks: bool) -> list[str]:
+    names = BLOCKED_SYSCALLS + (SYMLINK_SYSCALLS if no_symlinks else ())
+    return [name for name in names if name in _TABLES[machine][1]]
+
+
+def seccomp_program(machine: str | None = None, *, no_symlinks: bool = False) -> bytes:
     """The filter for ``machine`` (default: this one's), as ``bwrap --seccomp`` reads it.
+
+    Args:
+        machine: The architecture (``x86_64``, ``aarch64``).
+        no_symlinks: Refuse :data:`SYMLINK_SYSCALLS` too.
 
     Raises:
         SandboxUnavailableError: No syscall table for this architecture.
@@ -108,7 +124,7 @@ def seccomp_program(machine: str | None = None) -> bytes:
         raise SandboxUnavailableError(
             f"the bwrap sandbox's syscall filter knows x86_64 and aarch64, not {machine}")
     arch, numbers = _TABLES[machine]
-    blocked = sorted({numbers[name] for name in BLOCKED_SYSCALLS if name in numbers})
+    blocked = sorted({numbers[name] for name in _blocked(machine, no_symlinks)})
     deny = _RET_ERRNO | errno.EPERM
     # Laid out so that every jump goes forward to one of the shared endings:
     #   arch check, [x32 check], one JEQ per blocked call, clone3, clone -> flag check, allow
@@ -140,12 +156,16 @@ def seccomp_program(machine: str | None = None) -> bytes:
     return b"".join(program)
 
 
-def docker_seccomp_profile(machine: str | None = None) -> str:
+def docker_seccomp_profile(machine: str | None = None, *, no_symlinks: bool = False) -> str:
     """The filter's rules as a Docker seccomp profile (JSON), for ``machine`` (default: this one's).
 
     Calls are named, not numbered (the engine resolves them); ``clone`` is
     refused when any namespace flag is set, one rule per flag, since a profile
     compares masked values for equality only.
+
+    Args:
+        machine: The architecture (``x86_64``, ``aarch64``).
+        no_symlinks: Refuse :data:`SYMLINK_SYSCALLS` too.
 
     Raises:
         SandboxUnavailableError: For an architecture the filter does not know.
@@ -154,7 +174,7 @@ def docker_seccomp_profile(machine: str | None = None) -> str:
     machine = _MACHINES.get(machine, machine)
     if machine not in _TABLES:
         raise SandboxUnavailableError(f"the sandboxes' syscall filter knows x86_64 and aarch64, not {machine}")
-    names = sorted(name for name in BLOCKED_SYSCALLS if name in _TABLES[machine][1])
+    names = sorted(_blocked(machine, no_symlinks))
     rules: list[dict[str, object]] = [{"names": names, "action": "SCMP_ACT_ERRNO", "errnoRet": errno.EPERM}]
     rules.append({"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": errno.ENOSYS})
     for bit in range(32):

@@ -431,8 +431,10 @@ async def run_isolated(task: Task, solution: Mapping[str, str | bytes], args: li
     try:
         place_server(shared)
         # Both sides start from the task's image: the solution runs where the agent wrote it.
+        # no_symlinks: a link the solution planted in the scratch area would be followed there by the trusted
+        # side's tools that are not Python (diff, cat); Python opens are guarded (see _boundary.guard_scratch).
         solution_spec = SandboxSpec(files=dict(solution), readonly_files=test_data_files(task), limits=limits,
-                                    shared_dir=shared, image=task.image, user_group=group)
+                                    shared_dir=shared, image=task.image, user_group=group, no_symlinks=True)
         probe = create_sandbox(sandbox, SandboxSpec(shared_dir=shared, image=task.image))
         shared_path = probe.shared_path
         scratch = f"{shared_path}/{SCRATCH_NAME}"
