@@ -19,10 +19,12 @@ test code:
   error, exit status (a signal as the same signal), environment and working
   directory, and exits as it did;
 - a guard on the scratch area (the one folder both sandboxes write, at the
-  same path in both; ``TMPDIR`` and pytest's ``--basetemp`` point there): an
-  audit hook refuses to open a path inside it that resolves outside it, so
-  a link the solution planted there (``out.json -> tests/expected.json``)
-  cannot hand a test its own expected values.
+  same path in both; ``TMPDIR`` and pytest's ``--basetemp`` point there):
+  ``open`` and ``os.open`` of a path inside it walk it one component at a
+  time and never follow a link out of it, so a link there (``out.json ->
+  tests/expected.json``), swapped in even after a check, cannot hand a test
+  its own expected values. The solution sandbox cannot create links at all
+  (``SandboxSpec.no_symlinks``), which covers the tools that are not Python.
 
 A command that is not pytest runs under :func:`launch`, which gives it that
 environment, runs it with ``sh -c`` unchanged, and reports its exit status
@@ -33,8 +35,9 @@ for the processes their tests start.
 
 Known limits: a process started with ``python -I``, ``-E`` or ``-S`` loads
 no bootstrap, so it can neither import the solution nor run its programs
-(the test fails; nothing is forged); non-Python tools (``diff``, ``cat``)
-follow links in the scratch area.
+(the test fails; nothing is forged); a link the trusted side itself made in
+the scratch area is followed by tools that are not Python (``diff``, ``cat``),
+even where the solution renamed it there.
 """
 
 from __future__ import annotations
