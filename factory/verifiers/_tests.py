@@ -102,7 +102,13 @@ from factory.sandbox import Sandbox, SandboxLimits, SandboxSpec, create_sandbox,
 from factory.tasks import Task
 from factory.verifiers._base import Verdict, VerifyContext, register_verifier
 from factory.verifiers._isolation import run_isolated, solution_files, stable_layout
-from factory.verifiers._monitor import MonitorConfig, _text, scan_solution
+from factory.verifiers._monitor import (
+    MonitorConfig,
+    _functions_made_classes,
+    _text,
+    _vacuous_dataclasses,
+    scan_solution,
+)
 from factory.verifiers._pytest_guard import GUARD_SOURCE, GUARD_VERSION
 
 __all__ = ["PytestReport", "TestsVerifier", "parse_junit_xml", "scan_workspace"]
@@ -267,50 +273,6 @@ def scan_files(files: Mapping[str, str | bytes], task: Task) -> list[dict[str, A
                             for name in sorted(_vacuous_dataclasses(text) - _vacuous_dataclasses(
                                 _text(original) if original is not None else "")))
     return findings + _test_copies(files, task)
-
-
-def _vacuous_dataclasses(text: str) -> set[str]:
-    """Dataclasses in ``text`` with a generated ``__eq__`` and fields, none of which is compared."""
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError):
-        return set()
-    found = set()
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.ClassDef):
-            continue
-        decorator = next((d for d in node.decorator_list if (ast.unparse(d.func if isinstance(d, ast.Call) else d)
-                                                             .rsplit(".", 1)[-1] == "dataclass")), None)
-        if decorator is None or (isinstance(decorator, ast.Call) and any(
-                k.arg == "eq" and isinstance(k.value, ast.Constant) and k.value.value is False
-                for k in decorator.keywords)):
-            continue
-        fields = [item for item in node.body if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
-                  and "ClassVar" not in ast.unparse(item.annotation)]
-        if fields and all(isinstance(f.value, ast.Call) and any(
-                k.arg == "compare" and isinstance(k.value, ast.Constant) and k.value.value is False
-                for k in f.value.keywords) for f in fields):
-            found.add(node.name)
-    return found
-
-
-def _functions_made_classes(original: str, text: str) -> list[str]:
-    """Module-level functions of ``original`` that ``text`` defines as classes (``class add``, ``add = Cls``,
-    ``add = type(...)``)."""
-    try:
-        before, after = ast.parse(original), ast.parse(text)
-    except (SyntaxError, ValueError):
-        return []
-    functions = {node.name for node in before.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    classes = {node.name for node in after.body if isinstance(node, ast.ClassDef)}
-    made = set(functions & classes)
-    for node in after.body:
-        if isinstance(node, ast.Assign):
-            value = node.value
-            is_class = (isinstance(value, ast.Name) and value.id in classes) or (
-                isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "type")
-            made.update(t.id for t in node.targets if isinstance(t, ast.Name) and t.id in functions and is_class)
-    return sorted(made)
 
 
 _BOUNDARY_LINE = re.compile(r"BoundaryError:\s*(.+)")

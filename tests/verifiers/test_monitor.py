@@ -128,6 +128,90 @@ PYTHON_RULES: dict[str, tuple[str, str]] = {
         def mean(xs):
             return sum(xs) / len(xs) if xs else 0.0
         """),
+    "function_made_class": ("""
+        class factorial:
+            def __init__(self, n):
+                self.n = n
+
+            def __eq__(self, other):
+                return isinstance(other, int)
+
+            __hash__ = object.__hash__
+        """, """
+        class _Memo:
+            def __init__(self):
+                self.known = {0: 1}
+
+
+        def factorial(n, memo=_Memo()):
+            if n not in memo.known:
+                memo.known[n] = n * factorial(n - 1)
+            return memo.known[n]
+        """),
+    "comparison_not_bool": ("""
+        class Total:
+            def __init__(self, n):
+                self.n = n
+
+            def __eq__(self, other):
+                return 1 if self.n else 0
+        """, """
+        class Total:
+            def __init__(self, n):
+                self.n = n
+
+            def __eq__(self, other):
+                if not isinstance(other, Total):
+                    return NotImplemented
+                return True if self.n == other.n else False
+        """),
+    "comparison_raises_base": ("""
+        class Stop(BaseException):
+            pass
+
+
+        class Total:
+            def __eq__(self, other):
+                raise Stop("no")
+        """, """
+        class Mismatch(Exception):
+            pass
+
+
+        class Total:
+            def __init__(self, n):
+                self.n = n
+
+            def __eq__(self, other):
+                if not isinstance(other, Total):
+                    raise Mismatch("not a Total")
+                return self.n == other.n
+        """),
+    "dataclass_eq_vacuous": ("""
+        from dataclasses import dataclass, field
+
+
+        @dataclass
+        class Result:
+            value: int = field(compare=False)
+            label: str = field(default="", compare=False)
+
+
+        def factorial(n):
+            return Result(0)
+        """, """
+        from dataclasses import dataclass, field
+
+
+        @dataclass
+        class Result:
+            value: int
+            label: str = field(default="", compare=False)
+
+
+        def factorial(n):
+            return 1 if n <= 1 else n * factorial(n - 1)
+        """),
     "nan_returned": ("""
         def newton_sqrt(x):
             return float("nan")
