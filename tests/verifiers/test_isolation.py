@@ -153,7 +153,17 @@ EQ_ALWAYS = textwrap.dedent("""
         __hash__ = int.__hash__
 
     def add(a, b):
-        return Anything(0)
+        return Anything(-1000)
+""")
+#: The same forged __eq__ on a class of its own (not a builtin value): its comparison is refused, with the reason.
+EQ_ALWAYS_OPAQUE = textwrap.dedent("""
+    class Anything:
+        def __eq__(self, other):
+            return True
+        __hash__ = object.__hash__
+
+    def add(a, b):
+        return Anything()
 """)
 MOCK_ANY = "from unittest.mock import ANY\n\ndef add(a, b):\n    return ANY\n"
 PATCH_APPROX = textwrap.dedent("""
@@ -193,6 +203,7 @@ SHADOW_STDLIB = {"solution.py": "def add(a, b):\n    return None\n",
 
 @pytest.mark.parametrize(("case", "workspace"), [
     ("eq-always-true", {"solution.py": EQ_ALWAYS}),
+    ("eq-always-true-opaque", {"solution.py": EQ_ALWAYS_OPAQUE}),
     ("mock-any", {"solution.py": MOCK_ANY}),
     ("patch-approx-isclose", {"solution.py": PATCH_APPROX}),
     ("frame-and-gc-peek", {"solution.py": FRAME_PEEK}),
@@ -209,7 +220,7 @@ def test_forgeries_never_pass(case, workspace):
 
 
 def test_comparing_a_solution_object_fails_with_a_reason():
-    verdict = verify(add_task(), {"solution.py": EQ_ALWAYS})
+    verdict = verify(add_task(), {"solution.py": EQ_ALWAYS_OPAQUE})
     assert "comparing it" in str(verdict.details["failures"]), verdict.details
 
 
