@@ -6,11 +6,16 @@ tests), N branches. Contenders, per sandbox backend (``--backends``):
 - ``verifier <backend>, isolated (default)``: ``TestsVerifier`` in the
   default ``test_isolation="process"`` mode, fed the branch's final workspace
   as ``VerifyContext(..., workspace=...)`` (so no agent sandbox is started
-  only to be read back). The verifier starts two fresh sandboxes of its own:
-  the solution sandbox running ``_solution_server`` (serves the agent's
-  modules over a Unix socket) and the trusted sandbox running pytest and the
-  tests (``_trusted_runner``), which imports the solution across the import
-  boundary. No reference run in this mode.
+  only to be read back). The verifier starts a fresh solution sandbox running
+  ``_solution_server`` (serves the agent's modules over a Unix socket) and
+  runs pytest and the tests (``_trusted_runner``) in a child forked from a
+  warm trusted runner (``_warm``/``_zygote``: a trusted sandbox holding no
+  task or agent file, whose process imported pytest once); the tests import
+  the solution across the import boundary. Where the backend has no warm
+  runner (docker) the trusted side is a fresh sandbox too. As many warm
+  runners as workers are started in the untimed warm-up (a fork run keeps
+  them between verifications); the breakdown shows a fresh trusted side's
+  total beside the warm one. No reference run in this mode.
 - ``verifier <backend>, in-process guarded``: the old mode
   (``test_isolation="in-process"``), measured as before: each branch starts
   an agent sandbox seeded with the task's files (tests read-only), the
@@ -65,9 +70,10 @@ first backend where bwrap is not run) >= 100% of like-for-like bare
 pytest's branches/s, for the pytest task and for the unittest and make
 tasks. Issue 14's goal (>= 60%, pytest task) is still shown.
 
-A breakdown then times the parts of one isolated verification (median of
-``--runs``, sequential): each of the two sandbox starts, the solution
-server's start-up until its socket is listening, the trusted pytest run
+A breakdown then times the parts of one isolated verification with a fresh
+trusted sandbox (median of ``--runs``, sequential): each of the two sandbox
+starts, the solution server's start-up until its socket is listening (it
+listens before its imports), the trusted pytest run
 (launch to report, the server already listening), stopping the server, the
 two closes; then the whole ``run_isolated`` and the whole verifier calls of
 both modes and of the other kinds, against host references (``python -c
@@ -108,16 +114,19 @@ from factory.verifiers._isolation import (
     RUNNER_NAME,
     SCRATCH_NAME,
     SOCKET_NAME,
-    _dispatcher_script,
+    WARM_BACKENDS,
     bootstrap_files,
     module_names,
+    place_server,
     run_isolated,
+    server_command,
     solution_files,
     test_data_files,
     trusted_command,
     trusted_files,
 )
 from factory.verifiers._tests import _pytest_args
+from factory.verifiers._warm import close_warm_runners
 
 SOLUTION = '''\
 """A few small functions for the benchmark's tests."""
@@ -493,6 +502,8 @@ async def throughput(n: int, concurrency: int, chunk: int, backends: Sequence[st
     for backend in backends:
         for mode in MODES:  # in-process: runs (and caches) the reference; isolated: warms caches. Not timed.
             await one_branch(backend, mode, verifiers[backend])
+        # As many warm trusted runners as workers, started before the timed loops (a long fork run keeps them).
+        await asyncio.gather(*(one_branch(backend, ISOLATED, verifiers[backend]) for _ in range(concurrency)))
         for kind in kinds:
             await one_branch(backend, ISOLATED, verifiers[backend], KINDS[kind])
     busy0 = machine_busy()
@@ -513,6 +524,8 @@ async def throughput(n: int, concurrency: int, chunk: int, backends: Sequence[st
             bare_command(kind_dirs[kind][0], KINDS[kind])  # warm-up, not timed
         for workers in sorted({1, concurrency}):
             out[workers] = await measure(n, workers, chunk, backends, installed, verifiers, dirs, kinds, kind_dirs)
+    for verifier in verifiers.values():
+        await verifier.aclose()
     busy1 = machine_busy()
     own = sum(t.cpu_self_s + t.cpu_children_s for tallies in out.values() for t in tallies)
     total_jiffies = busy1[1] - busy0[1]
@@ -573,9 +586,9 @@ async def isolated_parts(backend: str, limits: SandboxLimits, timeout_s: float) 
             t2 = time.perf_counter()
             parts["solution sandbox start"], parts["trusted sandbox start"] = t1 - t0, t2 - t1
             server_settings = {"socket": boundary["socket"], "scratch": scratch, "paths": ["."]}
+            place_server(shared)
             server = asyncio.ensure_future(solution_box.exec(
-                ["python", "-I", "-B", "-c", _dispatcher_script()], timeout=timeout_s + 5,
-                stdin=json.dumps(server_settings)))
+                server_command(shared_path or ""), timeout=timeout_s + 5, stdin=json.dumps(server_settings)))
             try:
                 while not socket_path.exists():  # bound, chmod-ed and listening a moment later
                     if server.done():
@@ -664,11 +677,13 @@ async def breakdown(backends: Sequence[str], runs: int, kinds: Sequence[str] = (
                 async def parts(backend: str = backend, verifier: TestsVerifier = verifier) -> dict[str, float]:
                     return await isolated_parts(backend, verifier.limits, verifier.timeout_s)
 
-                async def isolated_whole(backend: str = backend, verifier: TestsVerifier = verifier) -> None:
-                    run = await run_isolated(TASK, solution_files(TASK, WORKSPACE), args, sandbox=backend,
-                                             limits=verifier.limits, timeout_s=verifier.timeout_s)
-                    if run.payload is None or run.payload.get("exit") != 0:
-                        raise SystemExit(f"error: {backend}: run_isolated failed: {run}")
+                def isolated_whole(warm: bool, backend: str = backend, verifier: TestsVerifier = verifier) -> Probe:
+                    async def probe() -> None:
+                        run = await run_isolated(TASK, solution_files(TASK, WORKSPACE), args, sandbox=backend,
+                                                 limits=verifier.limits, timeout_s=verifier.timeout_s, warm=warm)
+                        if run.payload is None or run.payload.get("exit") != 0:
+                            raise SystemExit(f"error: {backend}: run_isolated failed: {run}")
+                    return probe
 
                 def whole(mode: str, verifier: TestsVerifier = verifier, sandbox: Sandbox = sandbox,
                           backend: str = backend) -> Probe:
@@ -686,7 +701,9 @@ async def breakdown(backends: Sequence[str], runs: int, kinds: Sequence[str] = (
                 probes[tag + "exec plain pytest -q (like-for-like)"] = run(
                     ["env", "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1", "python", "-m", "pytest", "-q", *LIKE_FOR_LIKE])
                 probes[tag + "isolated, part by part"] = parts
-                probes[tag + "isolated total (run_isolated)"] = isolated_whole
+                probes[tag + "isolated total (run_isolated)"] = isolated_whole(True)
+                if backend in WARM_BACKENDS:
+                    probes[tag + "isolated total, fresh trusted sandbox"] = isolated_whole(False)
                 for kind in kinds:
                     async def kind_whole(backend: str = backend, verifier: TestsVerifier = verifier,
                                          kind: Kind = KINDS[kind]) -> None:
@@ -715,6 +732,7 @@ async def breakdown(backends: Sequence[str], runs: int, kinds: Sequence[str] = (
         finally:
             for sandbox in sandboxes:
                 await sandbox.close()
+            await close_warm_runners()
     return {name: statistics.median(values) * 1000 for name, values in times.items()}
 
 
@@ -870,6 +888,10 @@ def main() -> None:
             record(bench, "sandbox close x2 ms", f"{part['sandbox close x2']:.1f}")
             record(bench, "isolated total ms (run_isolated)", f"{total:.1f}", f"{ref:.1f}", f"{total / ref:.2f}x",
                    "baseline: host pytest")
+            fresh = parts.get(tag + "isolated total, fresh trusted sandbox")
+            if fresh is not None:
+                record(bench, "isolated total ms, fresh trusted side", f"{fresh:.1f}", f"{ref:.1f}",
+                       f"{fresh / ref:.2f}x", "baseline: host pytest")
             record(bench, "verifier call ms, isolated",
                    f"{parts[tag + 'verifier call, isolated (workspace given)']:.1f}")
             record(bench, "verifier call ms, in-process",

@@ -54,6 +54,8 @@ PRIVATE_IMPORTS_IN_TESTS = {
                                         "runner's pytest arguments (internal to the tests verifier)",
     "tests/verifiers/test_redteam_boundary.py": "checks the red team's findings in the isolated run's internals "
                                                 "(JUnit node names, the NaN walk, verification in fresh sandboxes)",
+    "tests/verifiers/test_warm.py": "counts the warm trusted runners an event loop's pool holds (internal to the "
+                                    "isolated run), to check reuse and one runner per concurrent verification",
     "tests/verifiers/test_scratch_guard.py": "runs the trusted bootstrap's scratch-area guard (internal to the "
                                              "isolation) in a fresh interpreter, since it replaces that process's open",
 }

@@ -256,7 +256,7 @@ class BwrapSandbox(Sandbox):
 
     @property
     def shared_path(self) -> str | None:
-        return "/shared" if self.spec.shared_dir is not None else None
+        return (self.spec.shared_mount or "/shared") if self.spec.shared_dir is not None else None
 
     async def start(self) -> None:
         bwrap = shutil.which("bwrap")
@@ -329,7 +329,12 @@ class BwrapSandbox(Sandbox):
         for rel, source in sorted(self._workspace.readonly.items()):
             argv += ["--ro-bind", str(source), f"/workspace/{rel}"]
         if self.spec.shared_dir is not None:
-            argv += ["--bind", os.path.realpath(self.spec.shared_dir), "/shared"]
+            target = self.spec.shared_mount or "/shared"
+            for parent in reversed(Path(target).parents):  # bwrap would make them 0700, root's: untraversable
+                if str(parent) != "/" and str(parent) not in made:
+                    made.add(str(parent))
+                    argv += ["--perms", "0755", "--dir", str(parent)]
+            argv += ["--bind", os.path.realpath(self.spec.shared_dir), target]
         argv += ["--chdir", "/workspace", "--clearenv"]
         for key, value in sandbox_environment("/workspace", str(self._python.parent)).items():
             argv += ["--setenv", key, value]

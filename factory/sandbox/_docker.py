@@ -332,7 +332,7 @@ class DockerSandbox(Sandbox):
 
     @property
     def shared_path(self) -> str | None:
-        return "/shared" if self.spec.shared_dir is not None else None
+        return (self.spec.shared_mount or "/shared") if self.spec.shared_dir is not None else None
 
     @classmethod
     def preflight(cls, images: Collection[str | None] = ()) -> None:
@@ -368,7 +368,8 @@ class DockerSandbox(Sandbox):
         limits = self.spec.limits
         mounts = []
         if self.spec.shared_dir is not None:
-            mounts.append(Mount("/shared", os.path.realpath(self.spec.shared_dir), type="bind"))
+            mounts.append(Mount(self.spec.shared_mount or "/shared", os.path.realpath(self.spec.shared_dir),
+                                type="bind"))
         # tmpfs pages are charged to the container's memory cgroup: the limit leaves room for the workspace,
         # /tmp and /dev/shm quotas (the memory that outlives a command: SysV IPC cannot, see sysctls below),
         # and room for factory's own file tool (the collected files, twice) however full they are.

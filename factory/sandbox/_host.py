@@ -323,6 +323,11 @@ async def run_limited(
             await asyncio.wait_for(asyncio.shield(wait_task), 5)
         except BaseException:
             wait_task.cancel()
+        # The readers were cancelled, so nothing closes the pipes: close them here, while the loop still runs
+        # (a transport collected after its loop closed complains that the loop is closed).
+        transport = getattr(proc, "_transport", None)
+        if transport is not None:
+            transport.close()
         raise
     finally:
         flood_task.cancel()

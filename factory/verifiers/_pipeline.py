@@ -141,11 +141,13 @@ class VerificationPipeline:
         return verdicts
 
     async def aclose(self) -> None:
-        """Close the models of verifiers that hold one (the judge)."""
+        """Close the models of verifiers that hold one (the judge), and verifiers' own resources (warm runners)."""
         for verifier in self.verifiers.values():
             model = getattr(verifier, "model", None)
             if model is not None and hasattr(model, "aclose"):
                 await model.aclose()
+            if hasattr(verifier, "aclose"):
+                await verifier.aclose()
 
     @staticmethod
     def store_pairwise(store: Store, run_id: str, task_id: str, branch_a: int, branch_b: int,

@@ -164,13 +164,8 @@ def _child(connection, paths, python):
     serve_connection(ReplayChannel(connection, first), paths)  # in this child only
 
 
-def serve_forever(settings):
-    """Listen on ``settings["socket"]`` and fork a child per connection, until this process is killed."""
-    path = settings["socket"]
-    scratch = settings.get("scratch")
-    if scratch:
-        os.environ["TMPDIR"] = scratch  # the one folder both sandboxes see: the tests' temporary files
-    os.umask(0o000)  # files the solution writes in the scratch area stay the trusted side's to use
+def listen(path):
+    """A Unix socket listening at ``path``, connectable by the trusted side's user."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         os.unlink(path)
@@ -179,6 +174,20 @@ def serve_forever(settings):
     listener.bind(path)
     os.chmod(path, 0o666)  # the trusted side may run as another uid
     listener.listen(64)
+    return listener
+
+
+def serve_forever(settings, listener=None):
+    """Listen on ``settings["socket"]`` and fork a child per connection, until this process is killed.
+
+    ``listener``: that socket, already listening (the launch prelude binds it before this module's imports).
+    """
+    scratch = settings.get("scratch")
+    if scratch:
+        os.environ["TMPDIR"] = scratch  # the one folder both sandboxes see: the tests' temporary files
+    os.umask(0o000)  # files the solution writes in the scratch area stay the trusted side's to use
+    if listener is None:
+        listener = listen(settings["socket"])
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
     python = sys.executable
     while True:

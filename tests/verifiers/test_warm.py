@@ -1,0 +1,114 @@
+"""Warm trusted runners: one forked child per verification, nothing carried from one to the next."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import textwrap
+
+import pytest
+
+from factory.sandbox import SandboxLimits
+from factory.tasks import Task
+from factory.verifiers import BranchOutput, Criterion, TestsVerifier, VerifyContext, _warm, run_verifier
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bwrap is not installed")
+
+# Each run leaves a file in its working directory, its HOME, /tmp and /dev/shm, and a process behind; the next
+# run of the same warm runner must find none of them (it would fail test_clean_start).
+TESTS = textwrap.dedent("""
+    import os, subprocess, sys
+    from solution import value
+
+    MARKS = ["left-by-a-run.txt", os.path.expanduser("~/left-in-home.txt"), "/tmp/left-in-tmp.txt",
+             "/dev/shm/left-in-shm.txt"]
+
+    def test_clean_start():
+        assert [m for m in MARKS if os.path.exists(m)] == []
+        alive = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                    alive.append(handle.read())
+            except OSError:
+                pass
+        assert not [args for args in alive if b"left-behind-sleeper" in args]
+
+    def test_value():
+        assert value() == 42
+
+    def test_leave_traces():
+        for mark in MARKS:
+            with open(mark, "w") as handle:
+                handle.write("x")
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "left-behind-sleeper"],
+                         start_new_session=True)
+""")
+TASK = Task(id="warm", prompt="p", files={"solution.py": "def value():\n    return 0\n"},
+            tests={"test_solution.py": TESTS})
+LIMITS = SandboxLimits(timeout_s=60)
+
+
+async def verify(verifier: TestsVerifier, task: Task, solution: str):
+    criterion = Criterion("tests", "tests pass", "tests", task.effective_test_command)
+    ctx = VerifyContext(task, BranchOutput("done"), criterion, None,
+                        workspace={**task.tests, "solution.py": solution})
+    return await run_verifier(verifier, ctx)
+
+
+def test_a_warm_runner_is_reused_and_each_run_starts_clean():
+    async def main():
+        verifier = TestsVerifier(timeout_s=60, limits=LIMITS)
+        try:
+            first = await verify(verifier, TASK, "def value():\n    return 42\n")
+            second = await verify(verifier, TASK, "def value():\n    return 42\n")
+            wrong = await verify(verifier, TASK, "def value():\n    return 41\n")
+            pool = _warm._pool()
+            runners = [r for idle in pool.idle.values() for r in idle]
+            return first, second, wrong, runners
+        finally:
+            await verifier.aclose()
+
+    first, second, wrong, runners = asyncio.run(main())
+    assert first.status == "pass", first.details
+    assert second.status == "pass", second.details  # no trace of the first run
+    assert wrong.status == "fail" and wrong.details["failed"] == ["test_solution.py::test_value"], wrong.details
+    assert len(runners) == 1 and runners[0].runs == 3
+
+
+def test_concurrent_verifications_of_one_task_get_runners_of_their_own():
+    async def main():
+        verifier = TestsVerifier(timeout_s=60, limits=LIMITS)
+        try:
+            verdicts = await asyncio.gather(verify(verifier, TASK, "def value():\n    return 42\n"),
+                                            verify(verifier, TASK, "def value():\n    return 7\n"))
+            runners = [r for idle in _warm._pool().idle.values() for r in idle]
+            return verdicts, runners
+        finally:
+            await verifier.aclose()
+
+    (right, wrong), runners = asyncio.run(main())
+    assert right.status == "pass", right.details
+    assert wrong.status == "fail" and wrong.details["failed"] == ["test_solution.py::test_value"], wrong.details
+    assert len(runners) == 2
+
+
+def test_a_warm_run_past_its_time_limit_says_so_and_the_runner_serves_the_next():
+    # The trusted side itself outlives the limit (a solution call that hangs is cut off sooner, by the call limit).
+    task = Task(id="slow", prompt="p", files={"solution.py": ""}, tests={"test_slow.py": (
+        "import time\nfrom solution import slow\n\ndef test_wait():\n    if slow():\n        time.sleep(60)\n")},
+        limits={"timeout_s": 4})
+    hang = "def slow():\n    return True\n"
+
+    async def main():
+        verifier = TestsVerifier(timeout_s=60, limits=LIMITS)
+        try:
+            slow = await verify(verifier, task, hang)
+            quick = await verify(verifier, task, "def slow():\n    return False\n")
+            return slow, quick
+        finally:
+            await verifier.aclose()
+
+    slow, quick = asyncio.run(main())
+    assert slow.status == "fail" and slow.details["limit"]["name"] == "time", slow.details
+    assert quick.status == "pass", quick.details
