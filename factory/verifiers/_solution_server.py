@@ -246,6 +246,11 @@ class TrustedObject:
     def __getattr__(self, name):
         return self._op("getattr", name=name)
 
+    @property
+    def __signature__(self):
+        # inspect.signature of the test's callable, as the trusted side computes it (or its TypeError/ValueError)
+        return _signature_of(self._op("signature"), object.__getattribute__(self, "_server").value)
+
     def __setattr__(self, name, value):
         raise AttributeError(f"objects of the test are read-only to the solution ({name})")
 
@@ -395,6 +400,25 @@ def _annotation_text(annotation):
     if annotation is inspect.Parameter.empty:
         return None
     return str(annotation if type(annotation) is str else inspect.formatannotation(annotation))[:200]
+
+
+def _signature_of(described, decode):
+    """An ``inspect.Signature`` from the trusted side's plain-data description of a test's callable (``decode``
+    rebuilds a default that crossed; one that did not is :data:`_HIDDEN_DEFAULT`)."""
+    import inspect
+
+    try:
+        params, returns = described
+        empty = inspect.Parameter.empty
+        parameters = [inspect.Parameter(name, inspect._ParameterKind(kind),
+                                        default=empty if not state else _HIDDEN_DEFAULT if state == 2
+                                        else decode(default),
+                                        annotation=_AnnotationText(annotation) if type(annotation) is str else empty)
+                      for name, kind, state, default, annotation in params]
+        return inspect.Signature(parameters, return_annotation=_AnnotationText(returns) if type(returns) is str
+                                 else inspect.Signature.empty)
+    except (TypeError, ValueError, WireError) as exc:
+        raise ValueError(f"the test's callable has no signature that crosses ({exc})") from None
 
 
 class _HiddenDefault:
@@ -1169,9 +1193,11 @@ class SolutionServer(Endpoint):
         try:
             result = self.dispatch(request, refs)
             op = request.get("op")
-            if type(result) in _LIVE and (op == "getattr" or (op == "callmethod"
-                                                               and result is self.resolve(request["h"]))):
-                value = self.handle_of(result, live=True)  # module state: a live handle, not a copy
+            if type(result) in _LIVE and (op in ("getattr", "getitem") or (op == "callmethod" and (
+                    result is self.resolve(request["h"]) or request.get("name") in ("__getitem__", "get",
+                                                                                    "setdefault")))):
+                # module state, an object's items (``config["a"].append(x)``): a live handle, not a copy
+                value = self.handle_of(result, live=True)
             else:
                 value = self.encode(result, refs)
             reply = {"ok": value}

@@ -561,6 +561,7 @@ class SolutionClient(Endpoint):
         # and of the objects anything else handed over (the last may never stand for the test's own value).
         self.named, self.makers, self.made, self.tainted = set(), set(), set(), set()
         self.class_of = {}
+        self.unrebuilt = set()
         self.decoding_made = False
         self.value_classes = {}
         self.zones = {}
@@ -964,6 +965,22 @@ class SolutionClient(Endpoint):
                 handle["fn"] = described
         return handle
 
+    def signature_data(self, signature, owner):
+        """A signature of a test's callable as ``[name, kind, state, default, annotation text]`` per parameter:
+        state 0 no default, 1 a default that crosses (immutable plain data), 2 one that stays here (anything
+        else, and every default of a test function ``test*``: the test's own inputs and expected values)."""
+        test_function = str(getattr(owner, "__name__", "")).startswith("test")
+        params = []
+        for param in list(signature.parameters.values())[:255]:
+            if param.default is param.empty:
+                state, default = 0, None
+            elif not test_function and _plain_default(param.default):
+                state, default = 1, self.encode(param.default)
+            else:
+                state, default = 2, None
+            params.append([param.name, int(param.kind), state, default, _annotation_text(param.annotation)])
+        return params
+
     def describe_function(self, key, function):
         """A test's function as plain data, for the mirror the solution side makes of it (None: no mirror).
 
@@ -986,18 +1003,8 @@ class SolutionClient(Endpoint):
                 signature = inspect.signature(function)
             except (TypeError, ValueError):
                 return None
-            params = []
             own = getattr(function, "__func__", function)
-            # A test function's defaults are the test's own inputs and expected values: never the solution's to read.
-            test_function = str(getattr(own, "__name__", "")).startswith("test")
-            for param in list(signature.parameters.values())[:255]:
-                if param.default is param.empty:
-                    state, default = 0, None
-                elif not test_function and _plain_default(param.default):
-                    state, default = 1, self.encode(param.default)
-                else:
-                    state, default = 2, None
-                params.append([param.name, int(param.kind), state, default, _annotation_text(param.annotation)])
+            params = self.signature_data(signature, own)
             flags = ("coro" if inspect.iscoroutinefunction(own) else "gen" if inspect.isgeneratorfunction(own)
                      else "")
             described = {"params": params, "ret": _annotation_text(signature.return_annotation), "flags": flags}
@@ -1032,7 +1039,7 @@ class SolutionClient(Endpoint):
             # uncaught, pytest fails that test, as in-process. Never raised into pytest's own code (collection,
             # attribute probes), where it would end the run: there it is an Exception.
             value = code[0][:2000] if type(code[0]) is str else code[0]
-            return _SolutionExit(value) if _in_unittest_run() else SystemExit(value)
+            return _SolutionExit(value, _exit_ends_script())
         name = str(info.get("type", "Exception"))
         base = getattr(builtins, name, None)
         if not (isinstance(base, type) and issubclass(base, Exception)):
@@ -1128,6 +1135,12 @@ class SolutionClient(Endpoint):
                     or (_is_mock(target) and name in _MOCK_WRITERS):
                 raise AttributeError(f"{name} of the test's object is not the solution's to read")
             return getattr(target, name)
+        if op == "signature":  # inspect.signature of the test's callable, computed here, as plain data
+            import inspect
+
+            signature = inspect.signature(target)  # (its TypeError or ValueError is the solution's answer)
+            return [self.signature_data(signature, getattr(target, "__func__", target)),
+                    _annotation_text(signature.return_annotation)]
         if op == "iter":
             return iter(target)
         if op == "next":
@@ -1190,6 +1203,8 @@ class SolutionClient(Endpoint):
             made = None
             if type(data.get("members")) is dict:
                 made = _remote_enum(self, key, name, data["members"])
+                if made is None:  # an enum this side could not rebuild: its members never decide a comparison
+                    self.unrebuilt.add(key)
             if made is None:
                 made = _remote_class(self, key, name, data.get("exc"), data.get("bases") or [])
         else:
@@ -1223,37 +1238,135 @@ _NOT_TESTS = ("_pytest", "pytest", "pluggy", "importlib", "inspect", "doctest", 
 
 
 class _SolutionExit(SystemExit):
-    """The solution's ``sys.exit`` inside a ``unittest`` run: the tests that catch it (``assertRaises``, ``except
-    SystemExit``) read its code, but where it escapes the run (raised in ``setUpClass`` or ``setUpModule``,
-    which unittest lets a ``SystemExit`` through) it must not end the test process with the solution's status:
-    the interpreter, reading the code as the process ends, gets 1."""
+    """The solution's ``sys.exit`` in a trusted process: the tests that catch it (``assertRaises``, ``except
+    SystemExit``, ``pytest.raises``) read its code as it is. Where it escapes to the top of the process it ends
+    it with that code only if the script was written to end there (see :func:`_exit_ends_script`: ``python -c
+    "import cli; cli.main()"``, a console script's ``sys.exit(main())``); otherwise (a check script's ``assert
+    area(2, 3) == 6``, a unittest run's ``setUpClass``) the interpreter, reading the code as the process ends,
+    gets 1: the solution's exit must not skip the checks after it."""
 
-    def __init__(self, code):
+    def __init__(self, code, final):
         super().__init__(code)
-        self._factory_code = code
+        self._factory_code, self._factory_final = code, final
 
     @property
     def code(self):
         try:
             sys._getframe(1)
         except ValueError:  # no Python frame left: the interpreter ending the process with it
-            try:
-                os.write(2, b"factory: the solution's sys.exit ended the unittest run before its tests ran\n")
-            except OSError:
-                pass
-            return 1
+            if not self._factory_final:
+                try:
+                    os.write(2, b"factory: the solution's sys.exit ended the test process before its checks ran: "
+                                b"exit status 1\n")
+                except OSError:
+                    pass
+                return 1
         return self._factory_code
 
 
-def _in_unittest_run():
-    """Whether a ``unittest`` suite or test runner is running the current call (its frames are on the stack)."""
+def _is_exit_statement(node):
+    """Whether ``node`` may follow the statement running when the solution exits, for the exit to end the script
+    as written (``pass``, ``raise ...``, ``sys.exit(...)``)."""
+    import ast
+
+    if isinstance(node, ast.Pass) or (isinstance(node, ast.Raise) and node.exc is not None):
+        return True
+    if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+        function = node.value.func
+        name = function.attr if isinstance(function, ast.Attribute) else getattr(function, "id", None)
+        return name in ("exit", "_exit", "quit")
+    return False
+
+
+def _final_in(body, line, span):
+    """Whether the statement of ``body`` running ``line`` is the block's last (but exits) and the call with
+    ``span`` (line, end line, column, end column) is what it evaluates last: a bare call, ``sys.exit(call)``,
+    ``return call``, ``raise SystemExit(call)``, ``rc = call`` (never inside an ``assert``, a comparison, a
+    condition or a loop)."""
+    import ast
+
+    start = (span[0], span[2]) if None not in span else (line, 0)
+    for index, statement in enumerate(body):  # (statements on one line too: ``import cli; cli.main()``)
+        if not (statement.lineno, statement.col_offset) <= start <= (statement.end_lineno or statement.lineno,
+                                                                       statement.end_col_offset or 0):
+            continue
+        if not all(_is_exit_statement(rest) for rest in body[index + 1:]):
+            return False
+        blocks = []
+        if isinstance(statement, ast.If):
+            blocks = [statement.body, statement.orelse]
+        elif isinstance(statement, (ast.With, ast.AsyncWith)):
+            blocks = [statement.body]
+        elif isinstance(statement, ast.Try):
+            blocks = [statement.body, statement.orelse, statement.finalbody, *[h.body for h in statement.handlers]]
+        if blocks:
+            for block in blocks:
+                if block and (block[0].lineno, block[0].col_offset) <= start <= (
+                        block[-1].end_lineno or block[-1].lineno, block[-1].end_col_offset or 0):
+                    return _final_in(block, line, span)
+            return False  # the statement's own header (a condition, a context manager)
+        value = getattr(statement, "value", None) if isinstance(
+            statement, (ast.Expr, ast.Return, ast.Assign, ast.AnnAssign)) else None
+        if isinstance(statement, ast.Raise):
+            value = statement.exc
+        if isinstance(value, ast.Call) and value.args and _is_exit_statement(ast.Expr(value)):
+            value = value.args[0]  # sys.exit(main()), raise SystemExit(main())
+        if isinstance(statement, ast.Raise) and isinstance(value, ast.Call) and value.args:
+            value = value.args[0]
+        return isinstance(value, ast.Call) and span == (value.lineno, value.end_lineno, value.col_offset,
+                                                         value.end_col_offset)
+    return False
+
+
+def _main_source(code):
+    """The source of ``__main__``'s code: its file, or the ``-c`` command."""
+    if code.co_filename == "<string>":
+        argv = list(getattr(sys, "orig_argv", ()))
+        return argv[argv.index("-c") + 1] if "-c" in argv[:-1] else None
+    try:
+        with open(code.co_filename, encoding="utf-8") as handle:
+            return handle.read()
+    except (OSError, ValueError):
+        return None
+
+
+def _exit_ends_script():
+    """Whether the solution's exit, raised in the call now in progress, ends the process where its script was
+    written to end: every frame of the tests' code on the stack is ``__main__``'s (runpy's below it) and stands
+    at a final call (:func:`_final_in`)."""
+    import ast
+
     frame = sys._getframe(1)
+    while frame is not None and frame.f_globals is globals():
+        frame = frame.f_back
+    seen = False
     while frame is not None:
         name = frame.f_globals.get("__name__", "")
-        if type(name) is str and name.startswith("unittest.") and not name.startswith("unittest.mock"):
-            return True
+        if name != "__main__":
+            if not (type(name) is str and name.startswith(("runpy", "importlib"))):
+                return False
+            frame = frame.f_back
+            continue
+        code = frame.f_code
+        try:
+            source = _main_source(code)
+            tree = ast.parse(source) if source is not None else None
+            span = list(code.co_positions())[frame.f_lasti // 2]
+        except (AttributeError, IndexError, SyntaxError, ValueError):
+            return False
+        if tree is None:
+            return False
+        if code.co_name == "<module>":
+            body = tree.body
+        else:
+            body = next((node.body for node in ast.walk(tree) if isinstance(
+                node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == code.co_name and (
+                node.decorator_list[0].lineno if node.decorator_list else node.lineno) == code.co_firstlineno), None)
+        if body is None or not _final_in(body, frame.f_lineno, tuple(span)):
+            return False
+        seen = True
         frame = frame.f_back
-    return False
+    return seen
 
 
 def _called_by_test():
@@ -1701,6 +1814,10 @@ class _BuiltinValue:
         return RemoteObject(self._factory_client, self._factory_key, type(self).__name__)
 
     def _factory_call(self, name, args, kwargs):
+        client = self._factory_client
+        if not kwargs:  # one round trip; an item read (``section["a"]``) comes back live, as the object's own
+            return client.exchange_checked({"op": "callmethod", "h": self._factory_handle_of(), "name": name,
+                                            "a": [client.encode(a) for a in args]}, None)
         method = self._factory_remote()._op("getattr", name=name)
         return method(*args, **kwargs)
 
@@ -1871,7 +1988,7 @@ def _class_named(client, obj):
         except (AttributeError, TypeError):
             cls = None
         client.class_of[key] = cls._factory_key if isinstance(cls, RemoteClass) else None
-    return client.class_of[key] in client.named
+    return client.class_of[key] in client.named and client.class_of[key] not in client.unrebuilt
 
 
 def _decide(self, other, name):
