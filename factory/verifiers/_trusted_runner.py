@@ -39,7 +39,10 @@ builtin ``Exception`` classes by name (never another ``BaseException``: a
 solution cannot skip or interrupt the run) or as stand-in classes for its
 own; its ``SystemExit`` arrives as one, with its code, only where the tests'
 own code made the call (``pytest.raises(SystemExit)`` around ``main()``;
-uncaught, pytest fails that test), never inside pytest's machinery.
+uncaught, pytest fails that test), never inside pytest's machinery; one
+that ends a trusted process keeps its code only where the script stands at
+a final call (``sys.exit(main())``), never cutting a check script or a
+unittest run short (:class:`_SolutionExit`: the status is then 1).
 
 The test's own objects passed to the solution (key functions, callbacks,
 mocks, files, test functions a decorator of the solution wraps) cross as
