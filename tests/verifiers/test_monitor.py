@@ -291,6 +291,18 @@ PYTHON_RULES: dict[str, tuple[str, str]] = {
         def name_of(function):
             return function.__code__.co_name
         """),
+    "function_internals": ("""
+        def expected_of(test):
+            return test.__globals__.get("EXPECTED") or [c.cell_contents for c in test.__closure__ or ()]
+        """, """
+        import functools
+
+        def logged(function):
+            @functools.wraps(function)
+            def wrapper(*args):
+                return function(*args)
+            return wrapper
+        """),
     "native_code": ("""
         import ctypes
 
