@@ -207,7 +207,7 @@ def _pickle(obj, protocol):
                     _MIXED_CLASSES.get(_MIXED_KEYS[id(value)]) is value:
                 return _mixed_class, (_MIXED_KEYS[id(value)],)
             server = _SERVER[0] if _SERVER else None
-            if type(value) in _TRUSTED_TYPES:  # pickled there, kept there
+            if _is_trusted_handle(value):  # pickled there, kept there
                 return _trusted_unpickle, (value._op("pickle"),)
             if type(value) is types.FunctionType and server is not None and id(value) in server.mirrors:
                 return _trusted_unpickle, (server.request("pickle", rh=server.mirrors[id(value)]),)
@@ -261,7 +261,7 @@ class TrustedObject:
         return self._op("iter")
 
     def __next__(self):
-        return self._op("next")
+        return object.__getattribute__(self, "_server").trusted_next(object.__getattribute__(self, "_key"))
 
     def __len__(self):
         return self._op("len")
@@ -327,6 +327,11 @@ _STANDARD_ABCS = {"Mapping": collections.abc.Mapping, "MutableMapping": collecti
                   "RawIOBase": io.RawIOBase}
 #: The classes of handles on the test's objects (TrustedObject, TrustedFunction and those made below).
 _TRUSTED_TYPES = {TrustedObject, TrustedFunction}
+
+
+def _is_trusted_handle(value):
+    """Whether ``value`` is a handle on a test's object (of any class made for them, subclasses too)."""
+    return type(value) in _TRUSTED_TYPES or isinstance(value, tuple(_TRUSTED_TYPES))
 _TRUSTED_CLASSES = {}
 
 
@@ -620,6 +625,10 @@ class SolutionServer(Endpoint):
         self.lock = threading.RLock()  # the solution's threads calling the test's callbacks take turns
         self.speculating = None  # in a copy running an iterator ahead: its watch state (see run_ahead)
         self.ahead_failures = 0
+        self.last_reply = None
+        self.trusted_ahead = {}  # key of a test's iterator -> items the trusted side produced ahead from a copy
+        self.trusted_taken = []  # [[key, count]] taken from them since the last message, in order
+        self.trusted_streak = (None, 0)
         _SERVER[:] = [self]
 
     def exchange(self, request):
@@ -627,7 +636,8 @@ class SolutionServer(Endpoint):
             self.speculating["tainted"] = True
             raise _Ahead("a request to the trusted side")
         with self.lock:
-            return super().exchange(request)
+            reply = self.last_reply = super().exchange(request)
+            return reply
 
     # ------------------------------------------------------------ relaying
 
@@ -652,6 +662,16 @@ class SolutionServer(Endpoint):
         self.warns.append([self.encode(category), str(message)[:20_000], str(filename)[:300], int(lineno or 0)])
 
     def outgoing(self, message):
+        # The trusted side first advances the test's iterators by what was taken from its runs ahead; the rest
+        # is dropped (whatever this message leads to may change what the test's iterators would give).
+        if self.trusted_taken:
+            message["took"], self.trusted_taken = self.trusted_taken, []
+        self.trusted_ahead.clear()
+        if message.get("op") == "next" and "rh" in message:
+            key = message["rh"]
+            self.trusted_streak = (key, self.trusted_streak[1] + 1 if self.trusted_streak[0] == key else 1)
+        else:
+            self.trusted_streak = (None, 0)
         # (this process's own streams: sys.stdout may be the test's stream now, whose flush is a request)
         for stream in self.streams:
             try:
@@ -787,7 +807,7 @@ class SolutionServer(Endpoint):
     def objects_of(self, value, nested):
         """Value objects of the solution as snapshots; the test's handles and builtins by name."""
         kind = type(value)
-        if kind in _TRUSTED_TYPES:
+        if _is_trusted_handle(value):
             return {"rh": object.__getattribute__(value, "_key")}
         if kind is types.FunctionType and id(value) in self.mirrors:
             return {"rh": self.mirrors[id(value)]}
@@ -811,6 +831,10 @@ class SolutionServer(Endpoint):
             return array
         if kind.__name__ == "Namespace" and kind.__module__ == "argparse":  # parse_args()'s: its fields, a value
             return {"ns": [[str(name), nested(item)] for name, item in vars(value).items()]}
+        if isinstance(value, BaseException):  # an exception as a value (a list of errors): the same as raised
+            info = self.encode_exception(value)
+            info.pop("exit", None)
+            return {"ex": info}
         found = _value_base(kind)
         if found is not None:
             return {"bv": [self.handle_of(value), self.handle_of(kind), kind.__name__, found[1],
@@ -992,6 +1016,19 @@ class SolutionServer(Endpoint):
         if isinstance(exc, SystemExit):  # (a CLI's main() calling sys.exit: the test may catch it, code and all)
             code = exc.code
             info["exit"] = [code if code is None or type(code) in (bool, int, str) else str(code)]
+        try:
+            info["args"] = [self.encode(a) for a in exc.args[:20]]
+        except Exception:  # args that cannot cross: the message stands for them
+            pass
+        attrs = []
+        for name, value in list(getattr(exc, "__dict__", {}).items())[:50]:  # (``exc.errors``, ``exc.line_number``)
+            if type(name) is str and not name.startswith("_"):
+                try:
+                    attrs.append([name, self.encode(value)])
+                except Exception:
+                    continue
+        if attrs:
+            info["attrs"] = attrs
         return info
 
     # ------------------------------------------------------------ requests to the trusted side
@@ -1223,6 +1260,27 @@ class SolutionServer(Endpoint):
         return reply
 
     # ------------------------------------------------------------ run-ahead of iterators
+
+    def trusted_next(self, key):
+        """``next()`` of a test's iterator: an item the trusted side produced ahead (from a copy of a builtin
+        iterator the test no longer holds), or a request; see ``SolutionClient.clone_ahead``."""
+        queue = self.trusted_ahead.get(key)
+        if queue:
+            entry = queue.popleft()
+            if self.trusted_taken and self.trusted_taken[-1][0] == key:
+                self.trusted_taken[-1][1] += 1
+            else:
+                self.trusted_taken.append([key, 1])
+            if "end" in entry:
+                raise StopIteration
+            return self.value(entry["i"])
+        streak = self.trusted_streak[1] if self.trusted_streak[0] == key else 0
+        ask = min(64 * 4 ** (streak - 1), 4096) if streak >= 1 else 0
+        value = self.request("next", rh=key, **({"ahead": ask} if ask else {}))
+        more = self.last_reply.get("more") if ask and type(self.last_reply) is dict else None
+        if type(more) is list and more:
+            self.trusted_ahead[key] = collections.deque(more)
+        return value
 
     def incoming(self, message):
         if type(message) is dict and "took" in message:
