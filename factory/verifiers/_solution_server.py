@@ -774,6 +774,9 @@ class SolutionServer(Endpoint):
         elif isinstance(obj, type):
             handle["k"] = "class"
             handle["name"] = obj.__qualname__
+            doc = obj.__dict__.get("__doc__")  # (the class's own docstring, as data)
+            if type(doc) is str:
+                handle["doc"] = doc[:20_000]
             if issubclass(obj, BaseException):
                 handle["exc"] = _builtin_exception_name(obj)
                 handle["bases"] = [self.handle_of(base) for base in obj.__bases__

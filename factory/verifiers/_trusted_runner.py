@@ -101,6 +101,7 @@ import collections.abc
 import datetime
 import enum
 import functools
+import itertools
 import importlib.abc
 import importlib.machinery
 import io
@@ -355,6 +356,12 @@ _AHEAD_FIRST = 64
 #: several round trips).
 _AHEAD_AFTER = 4
 _AHEAD_MOST = 4096
+#: The test's iterators the solution may get items of ahead (clone_ahead): builtin, their items computed from
+#: data they hold, copied faithfully by __reduce__.
+_CLONABLE_ITERATORS = frozenset(type(x) for x in (
+    iter(()), iter([]), iter(""), iter(b""), iter(range(0)), iter(range(1 << 64)), iter(bytearray()),
+    itertools.permutations(()), itertools.combinations((), 0), itertools.combinations_with_replacement((), 0),
+    itertools.product(), itertools.count(), itertools.repeat(None)))
 #: Attribute names of a test's object the solution may never read, whatever their prefix.
 _HIDDEN_PREFIXES = ("_", "gi_", "cr_", "ag_", "f_", "tb_", "co_", "pytest")
 _NAME_DUNDERS = frozenset({"__name__", "__qualname__", "__doc__", "__module__"})
@@ -579,6 +586,7 @@ class SolutionClient(Endpoint):
         # Keys of the solution's objects of builtin types that are their own iterators / have no len(): the
         # solution said so with the handle (it could answer either anyway), so neither is asked each time.
         self.self_iterators, self.lenless = set(), set()
+        self.handed_ahead = {}  # key of a test's iterator -> items of it the solution got ahead and not yet took
         self.sent_modules = ()  # the values last sent (held, so that their ids stay theirs)
         self.stream_only = {}  # key -> whether a stream the solution got as its sys.stdin (etc.) is read
         self.root = os.getcwd()  # the trusted workspace: a working directory inside it crosses relative to it
@@ -658,6 +666,21 @@ class SolutionClient(Endpoint):
         """Re-emit here what the solution printed, logged and warned before sending ``message``."""
         if type(message) is not dict:
             return message
+        took = message.pop("took", None)
+        if type(took) is list:  # items of the test's iterators the solution took from runs ahead: advance them
+            for entry in took[:100_000]:
+                if type(entry) is not list or len(entry) != 2 or type(entry[1]) is not int:
+                    continue
+                handed = self.handed_ahead.get(entry[0], 0)
+                count = max(0, min(entry[1], handed))  # never further than the items it was given
+                self.handed_ahead[entry[0]] = handed - count
+                target = self.exported.get(entry[0])
+                for _ in range(count):
+                    try:
+                        next(target)
+                    except Exception:  # noqa: BLE001 -- (the copy ended here too)
+                        break
+        self.handed_ahead.clear()  # any message: the solution dropped what it had not taken
         for key, stream in (("out", sys.stdout), ("err", sys.stderr)):
             text = message.get(key)
             if type(text) is str and text:
@@ -798,6 +821,65 @@ class SolutionClient(Endpoint):
                 self.ahead[key] = entries
         return value
 
+    def clone_ahead(self, key, target, count):
+        """Up to ``count`` further items of the test's iterator ``target``, from a copy of it (it stays put).
+
+        Only for builtin iterators whose items come from data they hold (a tuple's, a list's, a range's, a
+        string's, ``itertools.permutations`` and its kin, ``count``, ``repeat``: no test code runs), and only
+        while the test holds no reference of its own to it (one it passed as a temporary: the items ahead
+        could otherwise tell the solution what the test reads from it afterwards, without it consuming them).
+        The solution reports the items it took with its next message; :meth:`incoming` advances ``target`` by
+        those first (``took``), so the test finds it exactly where in-process consumption would have left it.
+        """
+        if count < 1 or type(target) not in _CLONABLE_ITERATORS or not self.held_only_here(target):
+            return []
+        try:
+            rebuild, args, *state = target.__reduce__()
+            clone = rebuild(*args)
+            if state and state[0] is not None:
+                clone.__setstate__(state[0])
+        except Exception:  # noqa: BLE001 -- no copy: no items ahead
+            return []
+        entries, deadline = [], time.monotonic() + 0.02
+        for index in range(count):
+            try:
+                item = next(clone)
+            except StopIteration:
+                entries.append({"end": True})
+                break
+            except Exception:  # noqa: BLE001 -- the real iterator raises it when asked
+                break
+            try:
+                entries.append({"i": self.encode(item)})
+            except BaseException:  # noqa: BLE001 -- asked for, it crosses (or fails) as one item
+                break
+            if index % 64 == 63 and time.monotonic() > deadline:
+                break
+        self.handed_ahead[key] = self.handed_ahead.get(key, 0) + len(entries)
+        return entries
+
+    def held_only_here(self, target):
+        """Whether nothing of the test refers to ``target``: only this side's tables and frames, and the
+        evaluation stack (never the variables) of the test's frame that passed it as a temporary."""
+        import gc
+
+        own = _safe_name.__code__.co_filename
+        for referrer in gc.get_referrers(target):
+            if referrer is self.exported:
+                continue
+            if isinstance(referrer, types.FrameType):
+                if referrer.f_code.co_filename == own:
+                    continue
+                if not any(value is target for value in referrer.f_locals.values()):
+                    continue  # on its stack only: an argument being passed
+                return False
+            if type(referrer) is tuple and all(
+                    isinstance(outer, types.FrameType) and outer.f_code.co_filename == own
+                    for outer in gc.get_referrers(referrer)):
+                continue  # the arguments of the call in progress (RemoteObject.__call__'s *args)
+            return False
+        return True
+
     def context_changed(self):
         """Whether the test changed its environment, directory or mirrored modules since the last request."""
         raw_env = getattr(os.environ, "_data", None)
@@ -877,6 +959,13 @@ class SolutionClient(Endpoint):
             return self.zone(body)
         if tag == "bv":
             return _builtin_value(self, body, nested)
+        if tag == "ex":  # an exception of the solution's as a value (not raised): its stand-in, as when raised
+            if type(body) is not dict:
+                raise WireError("malformed exception value")
+            made = self.exception({k: v for k, v in body.items() if k != "exit"})
+            if isinstance(made, SolutionUnavailable):
+                raise WireError("malformed exception value")
+            return made
         if tag == "nd":
             return _array_from(body)
         if tag == "ns":  # an argparse.Namespace of the solution's (parse_args()): rebuilt here from its fields
@@ -1047,14 +1136,37 @@ class SolutionClient(Endpoint):
         base = getattr(builtins, name, None)
         if not (isinstance(base, type) and issubclass(base, Exception)):
             base = Exception
+        args = (message,)
+        if type(info.get("args")) is list and len(info["args"]) <= 20:  # its own args (``KeyError('k')``, ``e.args``)
+            try:
+                args = tuple(self.decode(a) for a in info["args"])
+            except WireError:
+                args = (message,)
+        try:
+            made = base(*args)
+        except (TypeError, ValueError):  # (UnicodeDecodeError and the like want exact arguments)
+            made = base(message)
         if info.get("cls") is not None:
             try:
                 cls = self.proxy(info["cls"])
             except WireError:
                 cls = None
             if isinstance(cls, type) and issubclass(cls, BaseException) and isinstance(cls, RemoteClass):
-                return cls(message)
-        return base(message)
+                try:
+                    made = type.__call__(cls, *args)
+                except (TypeError, ValueError):
+                    made = type.__call__(cls, message)
+                made._factory_message = message
+        attrs = info.get("attrs")
+        for pair in attrs[:50] if type(attrs) is list else ():
+            # its public attributes (``exc.errors``), as values or handles: never a name of the exception machinery
+            if type(pair) is list and len(pair) == 2 and type(pair[0]) is str and pair[0].isidentifier() \
+                    and not pair[0].startswith("_") and pair[0] not in ("args", "with_traceback", "add_note"):
+                try:
+                    setattr(made, pair[0], self.decode(pair[1]))
+                except (WireError, AttributeError, TypeError):
+                    continue
+        return made
 
     # ------------------------------------------------------------ the solution's requests
 
@@ -1084,6 +1196,12 @@ class SolutionClient(Endpoint):
         except BaseException as exc:  # pytest.fail/skip, SolutionUnavailable: the test's verdict, never swallowed
             self.pending = self.pending or exc
             reply = {"exc": {"type": "Exception", "message": "the test stopped"}}
+        ahead = request.get("ahead")
+        if request.get("op") == "next" and "ok" in reply and type(ahead) is int:
+            try:
+                reply["more"] = self.clone_ahead(request["rh"], self.exported[request["rh"]], min(ahead, 4096) - 1)
+            except Exception:  # noqa: BLE001 -- no items ahead; the one asked for is answered
+                pass
         if refs.objects:
             try:
                 reply["wb"] = states_of(refs, getattr(refs, "before", []), lambda item: self.encode(item, refs))
@@ -1210,6 +1328,8 @@ class SolutionClient(Endpoint):
                     self.unrebuilt.add(key)
             if made is None:
                 made = _remote_class(self, key, name, data.get("exc"), data.get("bases") or [])
+                if type(data.get("doc")) is str:  # the class's docstring, as the solution states it
+                    type.__setattr__(made, "__doc__", data["doc"][:20_000])
         else:
             mixed = self.proxies.get(data.get("mixed")) if type(data.get("mixed")) is int else None
             if isinstance(mixed, RemoteClass) and issubclass(mixed, _MixedObject):  # an object of a test's class
@@ -2353,17 +2473,28 @@ _BINARY = ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "
 _OPERATOR_NAMES = {"and": "and_", "or": "or_"}
 
 
+def _built_by_test(obj):
+    """Whether the test built the solution's object ``obj`` (a call of a class it names) and nothing else handed
+    it over: arithmetic on it (``-Duration(years=1)``) is that class's own, so its result counts as built too."""
+    client = object.__getattribute__(obj, "_client")
+    key = object.__getattribute__(obj, "_key")
+    return key in client.made and key not in client.tainted
+
+
 def _binary(name, reflected):
     def method(self, other):
         client = object.__getattribute__(self, "_client")
-        return self._op("binop", name=_OPERATOR_NAMES.get(name, name), v=client.encode(other), reflected=reflected)
+        return client.exchange_checked({"op": "binop", "h": self._factory_handle_of(),
+                                        "name": _OPERATOR_NAMES.get(name, name), "v": client.encode(other),
+                                        "reflected": reflected}, None, _built_by_test(self))
     method.__name__ = f"__{'r' if reflected else ''}{name}__"
     return method
 
 
 def _unary(name):
     def method(self):
-        return self._op("unop", name=name)
+        return object.__getattribute__(self, "_client").exchange_checked(
+            {"op": "unop", "h": self._factory_handle_of(), "name": name}, None, _built_by_test(self))
     method.__name__ = f"__{name}__"
     return method
 
@@ -2504,6 +2635,12 @@ class RemoteClass(type):
 
     def __call__(cls, *args, **kwargs):
         if issubclass(cls, BaseException):
+            if _own_namespace(cls).get("_factory_key") is not None:
+                # built by the solution's own class (its __init__ makes the message, sets attributes), then
+                # this side's stand-in of it, which pytest.raises and except match
+                made = cls._factory_client.call(cls._factory_key, args, kwargs)
+                if isinstance(made, cls):
+                    return made
             return type.__call__(cls, *args)
         return cls._factory_client.call(cls._factory_key, args, kwargs,
                                         made=cls._factory_key in cls._factory_client.named)
@@ -2568,10 +2705,19 @@ class RemoteClass(type):
         return {"h": cls._factory_key}
 
 
+def _exception_text(self):
+    """A stand-in exception's text: what the solution's own ``str()`` of it said (its ``__str__`` ran there)."""
+    text = vars(self).get("_factory_message")
+    if type(text) is str:
+        return text
+    return next(b for b in type(self).__mro__ if b.__module__ == "builtins").__str__(self)
+
+
 def _remote_class(client, key, name, exception_base, bases):
     namespace = {"_factory_client": client, "_factory_key": key, "_factory_mixed": False, "__module__": "solution"}
     if exception_base is None:
         return RemoteClass(name, (), namespace)
+    namespace["__str__"] = _exception_text
     builtin = getattr(builtins, str(exception_base), None)
     if not (isinstance(builtin, type) and issubclass(builtin, Exception)):
         builtin = Exception
