@@ -57,7 +57,14 @@ import types
 
 if __name__ != "__main__":  # imported on the host (tests); in the sandbox the sources precede this
     from factory.verifiers._program_server import read_stream_frame, write_stream_frame
-    from factory.verifiers._trusted_runner import _NAN, SolutionClient, SolutionFinder, _is_package_marker, _Outcomes
+    from factory.verifiers._trusted_runner import (
+        _NAN,
+        _RUN,
+        SolutionClient,
+        SolutionFinder,
+        _is_package_marker,
+        _Outcomes,
+    )
     from factory.verifiers._wire import Channel, cwd_to_wire
 
 __all__ = ["BOUNDARY_DIR", "FINDINGS_ENV", "SETTINGS_NAME", "guard_scratch", "install", "launch", "program_argv"]
@@ -420,6 +427,30 @@ def _record_checks():
         return start_test(result, test)
 
     unittest.result.TestResult.startTest = record_start
+    import unittest.case
+
+    call_test = unittest.case.TestCase._callTestMethod
+
+    def call_watched(case, method):
+        # A test method a decorator of the solution wraps counts only if its own function ran to its end (as
+        # under pytest, see _run_watched): a wrapper swallowing its failure must not pass it.
+        if getattr(type(method), "_factory_handle_of", None) is None:
+            return call_test(case, method)
+        try:
+            own = method.__wrapped__
+        except BaseException:  # noqa: BLE001 - no answer is no wrapped function
+            own = None
+        _RUN["watch"], _RUN["ran"], _RUN["args"] = own, False, {}
+        try:
+            result = call_test(case, method)
+        finally:
+            _RUN["watch"] = None
+        if not _RUN["ran"]:
+            raise case.failureException("the test method is wrapped by a decorator of the solution that did not run "
+                                        "it to its end: the pass is not counted")
+        return result
+
+    unittest.case.TestCase._callTestMethod = call_watched
     plugin = types.ModuleType(_PLUGIN_NAME)
 
     original = os.environ.get("PYTEST_PLUGINS")
