@@ -181,6 +181,8 @@ def _is_namedtuple(value):
 #: This process's halves of the tests' classes deriving from solution classes: id(class) -> handle key, and back.
 _MIXED_KEYS = {}
 _MIXED_CLASSES = {}
+#: Keys of the test's objects whose class defines its own == or hash: asked of the trusted side.
+_CUSTOM_EQ = set()
 #: This process's server (one trusted peer per process).
 _SERVER = []
 
@@ -295,11 +297,20 @@ class TrustedObject:
         return self._op("str")
 
     def __eq__(self, other):
-        return isinstance(other, TrustedObject) and object.__getattribute__(other, "_key") == \
+        same = isinstance(other, TrustedObject) and object.__getattribute__(other, "_key") == \
             object.__getattribute__(self, "_key")
+        if same or object.__getattribute__(self, "_key") not in _CUSTOM_EQ:
+            return same
+        return self._op("eq", v=object.__getattribute__(self, "_server").encode(other)) is True
 
     def __hash__(self):
-        return hash(("trusted", object.__getattribute__(self, "_key")))
+        key = object.__getattribute__(self, "_key")
+        if key not in _CUSTOM_EQ:
+            return hash(("trusted", key))
+        value = self._op("hash")
+        if type(value) is not int:
+            raise TypeError("the test's object answered hash() with something else than an int")
+        return value
 
     @property
     def __doc__(self):
@@ -774,7 +785,10 @@ class SolutionServer(Endpoint):
         elif isinstance(obj, type):
             handle["k"] = "class"
             handle["name"] = obj.__qualname__
-            doc = obj.__dict__.get("__doc__")  # (the class's own docstring, as data)
+            try:
+                doc = obj.__doc__  # (the class's docstring, as data)
+            except Exception:
+                doc = None
             if type(doc) is str:
                 handle["doc"] = doc[:20_000]
             if issubclass(obj, BaseException):
@@ -837,6 +851,7 @@ class SolutionServer(Endpoint):
         if isinstance(value, BaseException):  # an exception as a value (a list of errors): the same as raised
             info = self.encode_exception(value)
             info.pop("exit", None)
+            info["obj"] = self.handle_of(value)  # (passed back, it is this object again)
             return {"ex": info}
         found = _value_base(kind)
         if found is not None:
@@ -963,6 +978,8 @@ class SolutionServer(Endpoint):
                 if type(lacks) is list and lacks:
                     kind = _lacking_class(kind, tuple(n for n in _PROTOCOLS if n in lacks))
                 made = kind(self, key, data.get("k"), data.get("name"))
+                if data.get("eq") is True:
+                    _CUSTOM_EQ.add(key)
             else:
                 self.mirrors[id(made)] = key
             self.trusted[key] = made
@@ -1016,6 +1033,9 @@ class SolutionServer(Endpoint):
         token = getattr(exc, "_factory_token", None)
         if type(token) is int:
             info["token"] = token
+        module = getattr(cls, "__module__", None)
+        if not builtin and type(module) is str and module.split(".")[0] in sys.stdlib_module_names:
+            info["std"] = [module, cls.__qualname__]  # the trusted side raises its own class of that name
         if isinstance(exc, SystemExit):  # (a CLI's main() calling sys.exit: the test may catch it, code and all)
             code = exc.code
             info["exit"] = [code if code is None or type(code) in (bool, int, str) else str(code)]

@@ -378,6 +378,28 @@ _STANDARD_BASES = (("tzinfo", datetime.tzinfo), ("MutableMapping", collections.a
                    ("BufferedIOBase", io.BufferedIOBase), ("RawIOBase", io.RawIOBase), ("IOBase", io.IOBase))
 
 
+#: Standard modules whose exception classes a solution's error may be raised as here (never unittest's SkipTest
+#: or anything else a runner reads as a verdict).
+_STANDARD_ERROR_MODULES = frozenset({
+    "pickle", "_pickle", "json", "json.decoder", "decimal", "_decimal", "re", "csv", "_csv", "configparser",
+    "struct", "binascii", "zlib", "shutil", "subprocess", "zipfile", "tarfile", "sqlite3", "queue", "copy",
+    "calendar", "statistics", "tomllib", "getopt", "argparse", "socket", "http.client", "urllib.error",
+    "email.errors", "xml.parsers.expat", "concurrent.futures._base", "asyncio.exceptions", "locale", "zoneinfo",
+    "zoneinfo._common", "ast", "tokenize", "binhex", "uu", "lzma", "_lzma", "bz2", "gzip", "select"})
+
+
+def _standard_exception(described):
+    """The standard library's exception class a solution's error names (``["_pickle", "PicklingError"]``), if it
+    is one of :data:`_STANDARD_ERROR_MODULES` and this side has that module imported; else None."""
+    if type(described) is not list or len(described) != 2 or described[0] not in _STANDARD_ERROR_MODULES \
+            or type(described[1]) is not str or not described[1].isidentifier():
+        return None
+    found = getattr(sys.modules.get(described[0]), described[1], None)
+    if isinstance(found, type) and issubclass(found, Exception) and found.__module__ == described[0]:
+        return found
+    return None
+
+
 def _defined_by_tests(cls, name):
     """Whether method ``name`` of ``cls`` is a function of the tests' own code (not the standard library's or
     pytest's)."""
@@ -965,6 +987,10 @@ class SolutionClient(Endpoint):
             made = self.exception({k: v for k, v in body.items() if k != "exit"})
             if isinstance(made, SolutionUnavailable):
                 raise WireError("malformed exception value")
+            origin = body.get("obj")
+            if type(origin) is dict and type(origin.get("h")) is int and type(made) is not SolutionUnavailable \
+                    and getattr(type(made), "_factory_key", None) is not None:  # (never the test's own exception)
+                made._factory_object = origin["h"]
             return made
         if tag == "nd":
             return _array_from(body)
@@ -1025,8 +1051,12 @@ class SolutionClient(Endpoint):
         return cls(*(nested(v) for v in values))
 
     def handle_of(self, value, grant=True):
+        if isinstance(value, BaseException):  # a stand-in of the solution's exception goes home as its object
+            key = vars(value).get("_factory_object")
+            if type(key) is int:
+                return {"h": key}
         handle = getattr(type(value), "_factory_handle_of", None)
-        if handle is not None:
+        if handle is not None and not isinstance(value, BaseException):  # (a stand-in class's, not its object's)
             return handle(value)
         why = _no_reverse(value)
         if why is not None:
@@ -1047,6 +1077,9 @@ class SolutionClient(Endpoint):
                                                           if isinstance(value, base)]
             if std:
                 handle["std"] = std  # the solution's isinstance(x, Mapping / tzinfo / io.TextIOBase) holds
+            if kind == "object" and (_defined_by_tests(type(value), "__hash__")
+                                     or _defined_by_tests(type(value), "__eq__")):
+                handle["eq"] = True  # its own == and hash (a memoizing cache's key), asked here
             lacks = _lacking(type(value))
             if lacks:
                 handle["lacks"] = lacks  # isinstance(x, Sized / Iterator / Iterable) is false there too
@@ -1136,6 +1169,10 @@ class SolutionClient(Endpoint):
         base = getattr(builtins, name, None)
         if not (isinstance(base, type) and issubclass(base, Exception)):
             base = Exception
+        standard = _standard_exception(info.get("std"))
+        if standard is not None:  # pickle.PicklingError, json.JSONDecodeError: the test's own class, caught as such
+            base = standard
+            info = {**info, "cls": None}
         args = (message,)
         if type(info.get("args")) is list and len(info["args"]) <= 20:  # its own args (``KeyError('k')``, ``e.args``)
             try:
@@ -1266,6 +1303,11 @@ class SolutionClient(Endpoint):
             return iter(target)
         if op == "next":
             return next(target)
+        if op == "hash":  # the test's own __hash__ (an unhashable object raises TypeError, as in-process)
+            value = hash(target)
+            return value
+        if op == "eq":
+            return bool(target == self.decode(request.get("v")))
         if op == "len":
             return len(target)
         if op == "bool":
