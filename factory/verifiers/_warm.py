@@ -8,17 +8,17 @@ forks a child per verification. Only the solution's side starts fresh, as
 before: a new solution sandbox per verification, started while the trusted
 child already runs (it waits for the solution's socket).
 
-What each verification gets of its own (see :func:`run_warm`): a trusted
-tree (tests, pristine data files, package markers, the bootstrap with this
-verification's settings) written by this process into a new folder of the
-runner's shared directory, the child's workspace; and a channel folder
-beside it (the socket, the scratch area), which is the solution sandbox's
-whole shared directory, mounted at the same path there as in the runner's
-sandbox. No solution sandbox sees the runner's socket, another
-verification's channel or any trusted tree. A runner serves one
-verification at a time, and between two it kills every process its sandbox
-holds besides itself and empties its ``/tmp`` and ``/dev/shm``; the child's
-memory is its own (a fork). Runners are pooled per event loop, sandbox
+What each verification gets of its own (see :func:`run_warm`): its trusted
+files (tests, pristine data files, package markers, the bootstrap with this
+verification's settings), written by this process into the runner's
+workspace, empty between verifications, so every path is where a fresh
+trusted sandbox has it; and a channel folder in the runner's shared
+directory (the socket, the scratch area), which is the solution sandbox's
+whole shared directory, mounted at the same path there. No solution sandbox
+sees the runner's socket, its script, or another verification's channel. A
+runner serves one verification at a time, and between two it kills every
+process its sandbox holds besides itself and empties its workspace,
+``/tmp`` and ``/dev/shm``; the child's memory is its own (a fork). Runners are pooled per event loop, sandbox
 backend, image and limits; an idle one exits by itself after
 :data:`IDLE_S`, a used-up one (age, runs) is closed.
 
@@ -50,6 +50,7 @@ from factory.verifiers._isolation import (
     SCRATCH_NAME,
     SOCKET_NAME,
     IsolatedRun,
+    _run_file,
     _script,
     _with_bytecode,
     bootstrap_source,
@@ -59,7 +60,6 @@ from factory.verifiers._isolation import (
     place_server,
     server_command,
     test_data_files,
-    trusted_command,
     trusted_files,
 )
 from factory.verifiers._zygote import ZYGOTE_SOCKET
@@ -72,7 +72,7 @@ IDLE_S = 300.0
 #: A runner is retired past this age or this many verifications (its sandbox's own time limit is a bit longer).
 LIFETIME_S, MAX_RUNS = 1800.0, 500
 _MAX_IDLE_PER_KEY = 8
-ZYGOTE_NAME = "factory-zygote.py"
+ZYGOTE_DIR, ZYGOTE_NAME = ".factory-zygote", "factory-zygote.py"
 _LENGTH = struct.Struct(">I")
 
 
@@ -107,13 +107,22 @@ class WarmRunner:
     async def start(self) -> None:
         self.root = tempfile.mkdtemp(prefix="factory-warm-", dir=sandbox_folder())
         os.chmod(self.root, 0o1777)  # the runner's children write their trees; sticky: no one removes another's
-        files = _with_bytecode(ZYGOTE_NAME, _zygote_script())
+        # The runner's script is in the shared directory (read-only, root's): the workspace starts empty and is
+        # each verification's own in turn.
+        os.mkdir(os.path.join(self.root, ZYGOTE_DIR), 0o755)
+        for rel, content in _with_bytecode(ZYGOTE_NAME, _zygote_script(), ZYGOTE_DIR).items():
+            path = os.path.join(self.root, rel)
+            os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+            with open(path, "xb") as handle:
+                handle.write(content.encode() if isinstance(content, str) else content)
+            os.chmod(path, 0o444)
         self.sandbox = create_sandbox(self.backend, SandboxSpec(
-            readonly_files=files, limits=self.limits, shared_dir=self.root, image=self.image, user_group=self.group))
+            limits=self.limits, shared_dir=self.root, image=self.image, user_group=self.group))
         await self.sandbox.start()
         settings = {"socket": f"{self.inside}/{ZYGOTE_SOCKET}", "sweep": self.backend != "none", "idle": IDLE_S}
         self.server = asyncio.ensure_future(self.sandbox.exec(
-            trusted_command(ZYGOTE_NAME), timeout=LIFETIME_S + 60, stdin=json.dumps(settings)))
+            _run_file(f"{self.inside}/{ZYGOTE_DIR}/{ZYGOTE_NAME}"), timeout=LIFETIME_S + 60,
+            stdin=json.dumps(settings)))
         socket_path = os.path.join(self.root, ZYGOTE_SOCKET)
         deadline = time.monotonic() + 60
         # The first connection is the lifeline: the runner exits when it closes (close(), or this pool's event
@@ -240,31 +249,6 @@ async def close_warm_runners() -> None:
     await asyncio.gather(pool.keeper, return_exceptions=True)
 
 
-def _write_tree(root: str, writable: Mapping[str, str | bytes], readonly: Mapping[str, str | bytes]) -> None:
-    """Write a trusted tree into the new folder ``root``: folders and writable files for the trusted child's
-    user (mode 0o777/0o666: only the runner's sandbox sees the folder), the rest read-only. Nothing existing is
-    followed or overwritten (``x`` mode)."""
-    os.mkdir(root, 0o777)
-    os.chmod(root, 0o777)
-    made = {root}
-    for items, mode in ((writable, 0o666), (readonly, 0o444)):
-        for rel, content in items.items():
-            path = os.path.join(root, rel)
-            folder = os.path.dirname(path)
-            if folder not in made:
-                parts = os.path.relpath(folder, root).split(os.sep)
-                for i in range(1, len(parts) + 1):
-                    sub = os.path.join(root, *parts[:i])
-                    if sub not in made:
-                        with contextlib.suppress(FileExistsError):
-                            os.mkdir(sub, 0o777)
-                        os.chmod(sub, 0o777, follow_symlinks=False)
-                        made.add(sub)
-            with open(path, "xb") as handle:
-                handle.write(content.encode() if isinstance(content, str) else content)
-            os.chmod(path, mode)
-
-
 async def run_warm(task: Task, solution: Mapping[str, str | bytes], args: list[str] | None, *, sandbox: str,
                    limits: SandboxLimits, timeout_s: float, call_timeout_s: float | None = None,
                    command: str | None = None) -> IsolatedRun:
@@ -275,8 +259,7 @@ async def run_warm(task: Task, solution: Mapping[str, str | bytes], args: list[s
     runner = await pool.acquire(sandbox, task.image, limits, timeout_s)
     nonce = secrets.token_hex(16)
     name = nonce[:12]  # short: a socket's path must fit 108 bytes where paths are the host's (none)
-    channel, tree = os.path.join(runner.root, name), os.path.join(runner.root, f".trusted-{name}")
-    channel_in, tree_in = f"{runner.inside}/{name}", f"{runner.inside}/.trusted-{name}"
+    channel, channel_in = os.path.join(runner.root, name), f"{runner.inside}/{name}"
     healthy = False
     try:
         os.mkdir(channel, 0o1777)
@@ -293,14 +276,17 @@ async def run_warm(task: Task, solution: Mapping[str, str | bytes], args: list[s
         bootstrap = {**_with_bytecode("sitecustomize.py", bootstrap_source()),
                      f"{BOUNDARY_DIR}/{SETTINGS_NAME}": json.dumps(boundary)}
         markers = package_markers(solution, {**data, **tests})
-        await asyncio.to_thread(_write_tree, tree, data, {**markers, **tests, **bootstrap})
+        # Into the runner's workspace, empty between verifications: where a fresh trusted sandbox has them.
+        assert runner.sandbox is not None
+        await asyncio.gather(*(runner.sandbox.write_file(rel, content)
+                               for rel, content in {**data, **markers, **tests, **bootstrap}.items()))
         if args is not None:
             settings: dict[str, Any] = {"socket": boundary["socket"], "modules": modules,
                                         "args": [*args, f"--basetemp={scratch}/pytest"], "nonce": nonce,
                                         "call_timeout": call_timeout, "connect_timeout": boundary["connect_timeout"]}
         else:
             settings = {"nonce": nonce, "command": command}
-        request = {"mode": "pytest" if args is not None else "command", "dir": tree_in, "settings": settings,
+        request = {"mode": "pytest" if args is not None else "command", "settings": settings,
                    "timeout": timeout_s, "max_output": limits.max_output_bytes}
         # The solution sandbox's shared directory is this verification's channel alone, at the same path.
         solution_box = create_sandbox(sandbox, SandboxSpec(
@@ -328,12 +314,11 @@ async def run_warm(task: Task, solution: Mapping[str, str | bytes], args: list[s
                     await asyncio.gather(trusted, return_exceptions=True)
         if "error" in answer:
             raise SandboxError(f"the warm trusted runner failed: {answer['error']}")
-        healthy = True
+        healthy = not answer.get("retire")
     except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError) as exc:
         raise SandboxError(f"the warm trusted runner was lost: {type(exc).__name__}: {exc}") from exc
     finally:
         shutil.rmtree(channel, ignore_errors=True)
-        shutil.rmtree(tree, ignore_errors=True)
         pool.release(runner, healthy)
     result = ExecResult(exit_code=int(answer["exit"]), stdout=answer["stdout"], stderr=answer["stderr"],
                         timed_out=bool(answer["timed_out"]), output_truncated=bool(answer["truncated"]))

@@ -1,29 +1,30 @@
 """The warm trusted runner: pytest imported once per trusted sandbox, one fresh fork per verification.
 
-Sent as source (after :mod:`._wire`, :mod:`._program_server`,
-:mod:`._boundary` and :mod:`._trusted_runner`) to ``python -I -B`` in a
-*trusted* sandbox that holds nothing but this script: no task file, no test,
-no file of any agent. It imports pytest and its built-in plugins, then
+Composed (after :mod:`._wire`, :mod:`._program_server`, :mod:`._boundary`
+and :mod:`._trusted_runner`) into a script that ``python -I -B`` runs from
+the shared directory of a *trusted* sandbox whose workspace starts empty: no
+task file, no test, no file of any agent. It imports pytest and its built-in plugins, then
 listens on a Unix socket in its shared directory, which no solution sandbox
 ever sees (each solution sandbox gets only its own verification's channel
 folder, a subfolder of it). Most of a short pytest run is importing pytest,
 and this side never runs agent code, so the import is done once, here, and
 every verification runs in a forked child:
 
-- the host writes the verification's trusted tree (the task's tests, its
+- the host writes the verification's trusted files (the task's tests, its
   pristine data files, package markers, the bootstrap with this
-  verification's settings) into a new folder of the shared directory, and
-  its channel folder (socket, scratch area) beside it; a request names them;
-- the child starts a session of its own, works in that tree (it is the
-  child's workspace and ``HOME``), and runs :func:`run_tests` (pytest) or
+  verification's settings) into this sandbox's workspace, empty between
+  verifications, so they are where a fresh trusted sandbox has them (a test
+  hands the solution absolute paths of its files and programs), and its
+  channel folder (socket, scratch area) into the shared directory;
+- the child starts a session of its own and runs :func:`run_tests` (pytest) or
   :func:`launch` (any other command) exactly as the fresh runner and
   launcher scripts do, its output going to pipes this process reads;
 - this process enforces the run's wall-clock and output limits (CPU, memory
   and process limits are the sandbox's rlimits, inherited by every fork;
-  the CPU time of a fork starts at zero), answers the host with the exit
-  status and output, and then, before the next request, kills every other
-  process in the sandbox and empties ``/tmp`` and ``/dev/shm``, so nothing
-  one verification started or wrote outlives it. Memory is never shared:
+  the CPU time of a fork starts at zero), kills every other process in the
+  sandbox and empties the workspace, ``/tmp`` and ``/dev/shm``, so nothing
+  one verification started or wrote outlives it, and then answers the host
+  with the exit status and output. Memory is never shared:
   each child's writes are its own pages.
 
 The host runs one verification at a time per warm runner (see
@@ -104,9 +105,8 @@ def preload():
 
 
 def _child(request):
-    """The forked child: one verification, as the fresh runner or launcher script would run it."""
-    os.chdir(request["dir"])
-    os.environ["HOME"] = request["dir"]
+    """The forked child: one verification, as the fresh runner or launcher script would run it (in the
+    sandbox's workspace, which holds this verification's trusted files alone)."""
     sys.dont_write_bytecode = True
     settings = dict(request["settings"])
     nonce = settings.pop("nonce")
@@ -218,14 +218,12 @@ def _ancestors():
     return chain
 
 
-def sweep(keep_files):
-    """Kill every process of this sandbox but this one and its ancestors; empty /tmp and /dev/shm, and remove
-    what was written into this sandbox's own workspace (all but ``keep_files``, its names at the start).
-
-    Only in a sandbox with a PID namespace of its own (the host says so).
-    """
+def sweep(sandboxed):
+    """Empty the workspace (the next verification's files are written there); in a sandbox with a PID
+    namespace of its own (``sandboxed``, the host says so), kill every process but this one and its
+    ancestors and empty /tmp and /dev/shm too. Returns whether the workspace is empty."""
     keep = _ancestors()
-    for _ in range(20):
+    for _ in range(20 if sandboxed else 0):
         others = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in keep]
         if not others:
             break
@@ -240,27 +238,38 @@ def sweep(keep_files):
             except OSError:
                 pass
         time.sleep(0.005)
-    for folder in ("/tmp", "/dev/shm", os.getcwd()):
+    for folder in ("/tmp", "/dev/shm", ".") if sandboxed else (".",):
         try:
             entries = os.listdir(folder)
         except OSError:
             continue
         for name in entries:
-            if folder == os.getcwd() and name in keep_files:
-                continue
             path = os.path.join(folder, name)
             try:
                 if os.path.isdir(path) and not os.path.islink(path):
-                    shutil.rmtree(path, ignore_errors=True)
+                    shutil.rmtree(path, onerror=_writable_and_retry)
                 else:
                     os.unlink(path)
             except OSError:
                 pass
+    return not os.listdir(".")
+
+
+def _writable_and_retry(function, path, _exc_info):
+    """rmtree's error handler: a folder a test made read-only is made writable, and the removal retried."""
+    try:
+        os.chmod(os.path.dirname(path), 0o700)
+        if os.path.isdir(path) and not os.path.islink(path):
+            os.chmod(path, 0o700)
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            function(path)
+    except OSError:
+        pass
 
 
 def serve(settings):
     """Preload, listen on ``settings["socket"]``, run one verification per connection, until killed."""
-    keep_files = frozenset(os.listdir("."))
     preload()
     import gc
 
@@ -288,16 +297,19 @@ def serve(settings):
                 continue
             pid, out_r, err_r = _fork(request, listener, connection)
             result = _relay(pid, out_r, err_r, float(request["timeout"]), int(request["max_output"]))
+            _kill_session(pid)
+            # Before answering: the host writes the next verification's files as soon as it has the answer. A
+            # workspace that could not be emptied retires this runner (nothing of one run may reach the next).
+            result["retire"] = not sweep(bool(settings.get("sweep")))
             write_message(connection, result)
         except (OSError, ValueError, KeyError) as exc:
+            sweep(bool(settings.get("sweep")))
             try:
-                write_message(connection, {"error": f"{type(exc).__name__}: {exc}"})
+                write_message(connection, {"error": f"{type(exc).__name__}: {exc}", "retire": True})
             except OSError:
                 pass
         finally:
             connection.close()
-            if settings.get("sweep"):
-                sweep(keep_files)
 
 
 if __name__ == "__main__":

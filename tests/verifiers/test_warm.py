@@ -14,13 +14,14 @@ from factory.verifiers import BranchOutput, Criterion, TestsVerifier, VerifyCont
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bwrap is not installed")
 
-# Each run leaves a file in its working directory, its HOME, /tmp and /dev/shm, and a process behind; the next
-# run of the same warm runner must find none of them (it would fail test_clean_start).
+# Each run leaves a file in its working directory (one in a folder it made read-only), its HOME, /tmp and
+# /dev/shm, and a process behind; the next run of the same warm runner must find none of them (it would fail
+# test_clean_start).
 TESTS = textwrap.dedent("""
     import os, subprocess, sys
     from solution import value
 
-    MARKS = ["left-by-a-run.txt", os.path.expanduser("~/left-in-home.txt"), "/tmp/left-in-tmp.txt",
+    MARKS = ["left-by-a-run.txt", "read-only-folder/inside.txt", os.path.expanduser("~/left-in-home.txt"), "/tmp/left-in-tmp.txt",
              "/dev/shm/left-in-shm.txt"]
 
     def test_clean_start():
@@ -38,9 +39,11 @@ TESTS = textwrap.dedent("""
         assert value() == 42
 
     def test_leave_traces():
+        os.mkdir("read-only-folder")
         for mark in MARKS:
             with open(mark, "w") as handle:
                 handle.write("x")
+        os.chmod("read-only-folder", 0o555)
         subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "left-behind-sleeper"],
                          start_new_session=True)
 """)
