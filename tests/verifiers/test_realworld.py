@@ -236,9 +236,9 @@ KNOWN_FAILING: dict[str, str] = {
         "'int' object has no attribute 'cache'"
     ),
     "configobj": (
-        "isolated 49/75 pass, bare 75: 16x BoundaryError: <solution object ConfigObj #149> is an object "
-        "of the solution: comparing it (==, <, ...) would ; 3x AssertionError: assert <class "
-        "'__main__.RemoteObject'> is <solution class Validator #4>"
+        "isolated 73/75 pass, bare 75: files the tests write in their working directory ('temp', 'test.ini', "
+        "then ConfigObj('temp')) are not in the solution's (only the scratch area is shared): 1x "
+        "AssertionError: assert None == '\\r\\n'; 1x FileNotFoundError: 'test.ini'"
     ),
     "decorator": (
         "isolated 15/24 pass, bare 24: the test's classes and their instances handed to dispatch_on (type(obj) "
@@ -255,9 +255,9 @@ KNOWN_FAILING: dict[str, str] = {
         "tests/test_recipes.py -k 'Sieve or Factor or Totient' alone passes 30 s isolated (0.3 s bare)"
     ),
     "semver": (
-        "isolated 251/328 pass, bare 328: 45x BoundaryError: <solution object Version #115> is an object "
-        "of the solution: comparing it (==, <, ...) would ru; 21x the test's node id is not in the "
-        "isolated run, which has ids of its own in this file (parameters whose order o"
+        "isolated 326/328 pass, bare 328: 2x test_subclass: a test's subclass overriding __str__, its "
+        "object made by the solution's replace()/bump (type(self)(...)): AssertionError: assert "
+        "'1.1.0-dev.0' == 'v1.1.0-dev.0'"
     ),
     "tabulate": (
         "isolated 258/261 pass, bare 261: 2x type(f) is type(lambda: None) on the solution's function "
