@@ -559,6 +559,179 @@ HONEST = {
             monkeypatch.chdir("/")
             assert cwd() == "/"
         """),
+    "standard-streams-and-standard-module-patches": (
+        """
+        import os
+        import sys
+
+        def colour(text):
+            return "\\x1b[1m" + text if os.isatty(sys.stdout.fileno()) else text
+
+        def shout(text):
+            print(text.upper())
+            sys.stderr.write("err:" + text + "\\n")
+
+        def same_stream(stream):
+            return stream is sys.__stderr__
+
+        def ask():
+            return input("name? ") + "!"
+
+        def args():
+            return sys.argv[1:]
+        """,
+        """
+        import contextlib
+        import io
+        import os
+        import sys
+        from unittest import mock
+
+        import lib
+
+        def test_terminal_patched_by_the_test(monkeypatch):
+            monkeypatch.setattr(os, "isatty", lambda fd: True)
+            monkeypatch.setattr("sys.stdout.fileno", lambda: 1)
+            assert lib.colour("x") == "\\x1b[1mx"
+
+        def test_not_a_terminal_afterwards():
+            assert lib.colour("x") == "x"
+
+        def test_redirected_and_captured(capsys):
+            buf = io.StringIO()
+            with contextlib.redirect_stdout(buf):
+                lib.shout("hi")
+            assert buf.getvalue() == "HI\\n"
+            lib.shout("yo")
+            assert capsys.readouterr() == ("YO\\n", "err:hi\\nerr:yo\\n")
+
+        def test_replaced_streams_are_the_same_object():
+            old = sys.stderr, sys.__stderr__
+            sys.stderr = sys.__stderr__ = io.StringIO()
+            try:
+                assert lib.same_stream(sys.stderr)
+            finally:
+                sys.stderr, sys.__stderr__ = old
+
+        def test_input_argv_and_mock_stdout(monkeypatch):
+            monkeypatch.setattr("sys.stdin", io.StringIO("bob\\n"))
+            assert lib.ask() == "bob!"
+            monkeypatch.setattr("builtins.input", lambda prompt="": "amy")
+            assert lib.ask() == "amy!"
+            monkeypatch.setattr(sys, "argv", ["prog", "-v"])
+            assert lib.args() == ["-v"]
+            with mock.patch("sys.stdout", new_callable=io.StringIO) as out:
+                lib.shout("m")
+            assert out.getvalue() == "M\\n"
+        """),
+    "cli-system-exit-namespace-and-truth": (
+        """
+        import argparse
+        import sys
+
+        def make_parser():
+            parser = argparse.ArgumentParser(prog="tool")
+            parser.add_argument("n", type=int)
+            return parser
+
+        def main(argv=None):
+            args = make_parser().parse_args(argv)
+            if args.n < 0:
+                sys.exit("negative")
+            print(args.n * 2)
+            return 0
+        """,
+        """
+        import argparse
+
+        import pytest
+
+        import lib
+
+        def test_parser_and_namespace():
+            parser = lib.make_parser()
+            assert parser
+            assert parser.parse_args(["3"]) == argparse.Namespace(n=3)
+
+        def test_bad_arguments_exit_with_usage(capsys):
+            with pytest.raises(SystemExit) as info:
+                lib.main(["x"])
+            assert info.value.code == 2 and "invalid int value" in capsys.readouterr().err
+
+        def test_exit_message():
+            try:
+                lib.main(["-5"])
+            except SystemExit as exc:
+                assert exc.code == "negative"
+            else:
+                raise AssertionError("no exit")
+            assert lib.main(["1"]) == 0
+        """),
+    "numpy-arrays-test-dataclasses-and-lazy-generators": (
+        """
+        import dataclasses
+        from collections.abc import Sized
+
+        def scale(values, k):
+            return values * k
+
+        def field_table(rows):
+            names = [f.name for f in dataclasses.fields(rows[0])]
+            return [names] + [[getattr(r, n) for n in names] for r in rows]
+
+        def number(rows, index):
+            index = list(index) if isinstance(index, Sized) else index
+            it = iter(index)
+            return [(next(it), row) for row in rows]
+        """,
+        """
+        import dataclasses
+
+        import numpy as np
+
+        import lib
+
+        @dataclasses.dataclass
+        class Person:
+            name: str
+            age: int
+
+        def test_array_both_ways():
+            got = lib.scale(np.arange(4, dtype=np.int16).reshape(2, 2), 3)
+            assert got.dtype == np.int16
+            np.testing.assert_array_equal(got, [[0, 3], [6, 9]])
+            assert lib.scale(np.float64(1.5), 2) == 3.0
+
+        def test_dataclass_of_the_test():
+            assert lib.field_table([Person("a", 1)]) == [["name", "age"], ["a", 1]]
+
+        def test_infinite_generator_is_consumed_lazily():
+            def count():
+                n = 1
+                while n < 10:
+                    yield n
+                    n += 1
+                raise IndexError("consumed too far")
+            assert lib.number(["a", "b"], count()) == [(1, "a"), (2, "b")]
+        """),
+    "nan-the-test-never-compares": (
+        """
+        def parse(text):
+            name, value = text.split(",")
+            return {"name": name, "value": float(value)}
+        """,
+        """
+        import math
+
+        import lib
+
+        def test_name_only():
+            assert lib.parse("widget,nan")["name"] == "widget"
+
+        def test_checked():
+            value = lib.parse("gadget,nan")["value"]
+            assert math.isnan(value) and value != value
+        """),
 }
 
 
