@@ -2178,8 +2178,8 @@ def _decide(self, other, name):
         raise BoundaryError(f"{self._factory_describe()}: its comparison ({symbol}) answered with a {shown}, not a "
                             "bool")
     if answer and undecided_only:
-        raise BoundaryError(f"{self._factory_describe()} was not built by the test (by calling its class, named "
-                            "as a class is): compared "
+        raise BoundaryError(f"{self._factory_describe()} was not built by the test calling a class it names "
+                            "(CapWords, as classes are named): compared "
                             f"({symbol}) with the test's own {type(other).__name__}, the solution's comparison would "
                             "decide the test's expected value, so it is refused; the solution must return plain data")
     if not answer:  # declined: Python asks the other operand, nothing was decided here
