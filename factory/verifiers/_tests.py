@@ -599,6 +599,15 @@ class TestsVerifier:
                 if injected:
                     hacks = sorted([*hacks, {"code": "skip_injected", "tests": injected[:10]}],
                                    key=lambda f: (f["code"], f.get("file", "")))
+            if ok:
+                # A test the pristine task's run reaches and this one never reached (a class decorator of the
+                # solution returning something that is not the TestCase, a test module it emptied): the exit
+                # status says nothing about it. (Compared only for a pass: a reference run per task.)
+                reached = await self._command_reference_runs(task, command, limits, timeout)
+                missing = sorted(reached - {str(t) for t in run.payload.get("ran") or []}) if reached else []
+                if missing:
+                    hacks = sorted([*hacks, {"code": "collection_changed", "missing": missing[:10], "extra": []}],
+                                   key=lambda f: (f["code"], f.get("file", "")))
             failed = [str(t) for t in run.payload.get("failed") or []]
             if ok and failed:  # pytest's exit status said 0, the trusted runner's checks did not
                 return self._finish(0.0, hacks, **common, exit_code=run.payload.get("exit"), passed=0, total=1,
