@@ -357,7 +357,7 @@ _AHEAD_FIRST = 64
 _AHEAD_AFTER = 4
 _AHEAD_MOST = 4096
 #: References to a test's iterator passed as a temporary argument, seen from clone_ahead (see there).
-_TEMPORARY_REFS = 5
+_TEMPORARY_REFS = 6
 #: The test's iterators the solution may get items of ahead (clone_ahead): builtin, their items computed from
 #: data they hold, copied faithfully by __reduce__.
 _CLONABLE_ITERATORS = frozenset(type(x) for x in (
@@ -550,13 +550,29 @@ def _watch_mock_patches():
     mock._patch._factory_watched = True
 
 
+def _unchanged(stream, skip=frozenset()):
+    """Whether nothing in ``stream``'s instance dict stands in for its class's methods (monkeypatch's undo of
+    ``sys.stdout.isatty`` leaves the stream's own bound method there, which changes nothing)."""
+    for name, attr in list(getattr(stream, "__dict__", {}).items()):
+        if name in skip:
+            continue
+        own = getattr(type(stream), name, None)
+        try:
+            bound = own.__get__(stream, type(stream)) if hasattr(own, "__get__") else own
+            if not (getattr(attr, "__self__", None) is stream and attr == bound):
+                return False
+        except Exception:
+            return False
+    return True
+
+
 def _own_stream(name, value):
     """Whether ``value``, this process's ``sys.<name>`` now, is its own or pytest's capture as set up (the
     solution then writes to its own, relayed here), rather than a stream a test put there or changed."""
     own, attrs = _OWN_STREAMS[name]
     if value is own:
-        return frozenset(getattr(value, "__dict__", {})) == attrs
-    return type(value).__module__ == "_pytest.capture" and not getattr(value, "__dict__", None)
+        return _unchanged(value, attrs)
+    return type(value).__module__ == "_pytest.capture" and _unchanged(value)
 
 
 def _module_state():
