@@ -59,7 +59,9 @@ if __name__ != "__main__":  # imported on the host (tests); in the sandbox _wire
         WireError,
         container_states,
         cwd_from_wire,
+        decode_item,
         decode_value,
+        encode_item,
         encode_value,
         states_of,
         write_back,
@@ -1033,6 +1035,8 @@ class SolutionServer(Endpoint):
         token = getattr(exc, "_factory_token", None)
         if type(token) is int:
             info["token"] = token
+        if exc.__suppress_context__ is True:
+            info["suppress"] = True
         module = getattr(cls, "__module__", None)
         if not builtin and type(module) is str and module.split(".")[0] in sys.stdlib_module_names:
             info["std"] = [module, cls.__qualname__]  # the trusted side raises its own class of that name
@@ -1296,7 +1300,7 @@ class SolutionServer(Endpoint):
                 self.trusted_taken.append([key, 1])
             if "end" in entry:
                 raise StopIteration
-            return self.value(entry["i"])
+            return decode_item(entry, self.value)
         streak = self.trusted_streak[1] if self.trusted_streak[0] == key else 0
         ask = min(64 * 4 ** (streak - 1), 4096) if streak >= 1 else 0
         value = self.request("next", rh=key, **({"ahead": ask} if ask else {}))
@@ -1444,7 +1448,7 @@ class SolutionServer(Endpoint):
             if state["tainted"]:
                 break
             try:
-                entry = {"end": self.encode_exception(end)} if end is not None else {"i": self.encode(item)}
+                entry = {"end": self.encode_exception(end)} if end is not None else encode_item(item, self.encode)
             except BaseException:  # a new handle, or a value that cannot cross
                 break
             chunk.append(entry)

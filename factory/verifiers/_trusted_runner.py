@@ -121,7 +121,9 @@ if __name__ != "__main__":  # imported on the host (tests); in the sandbox _wire
         WireError,
         container_states,
         cwd_to_wire,
+        decode_item,
         decode_value,
+        encode_item,
         encode_value,
         states_of,
         write_back,
@@ -358,6 +360,7 @@ _AHEAD_AFTER = 4
 _AHEAD_MOST = 4096
 #: References to a test's iterator passed as a temporary argument, seen from clone_ahead (see there).
 _TEMPORARY_REFS = 6
+_ITEM_TAGS = frozenset({"i", "j", "jt", "jl", "end"})
 #: The test's iterators the solution may get items of ahead (clone_ahead): builtin, their items computed from
 #: data they hold, copied faithfully by __reduce__.
 _CLONABLE_ITERATORS = frozenset(type(x) for x in (
@@ -837,7 +840,7 @@ class SolutionClient(Endpoint):
             if "end" in entry:
                 raise self.exception(entry["end"])
             try:
-                value = self.decode(entry["i"])
+                value = decode_item(entry, self.decode)
             except _RefusedBuiltin as exc:
                 raise BoundaryError(f"the solution's answer holds a {exc}: the call fails") from None
             except WireError as exc:
@@ -851,7 +854,7 @@ class SolutionClient(Endpoint):
         if type(more) is list and 0 < len(more) < ask:
             entries = collections.deque()
             for entry in more:
-                if type(entry) is not dict or len(entry) != 1 or not ("i" in entry or "end" in entry):
+                if type(entry) is not dict or len(entry) != 1 or not _ITEM_TAGS.issuperset(entry):
                     entries.clear()  # not what was asked for: none of it is used
                     break
                 entries.append(entry)
@@ -894,7 +897,7 @@ class SolutionClient(Endpoint):
             except Exception:  # noqa: BLE001 -- the real iterator raises it when asked
                 break
             try:
-                entries.append({"i": self.encode(item)})
+                entries.append(encode_item(item, self.encode))
             except BaseException:  # noqa: BLE001 -- asked for, it crosses (or fails) as one item
                 break
             if index % 64 == 63 and time.monotonic() > deadline:
@@ -1194,6 +1197,8 @@ class SolutionClient(Endpoint):
                 except (TypeError, ValueError):
                     made = type.__call__(cls, message)
                 made._factory_message = message
+        if info.get("suppress") is True:  # raised ``from None`` (or with its context suppressed) there
+            made.__suppress_context__ = True
         attrs = info.get("attrs")
         for pair in attrs[:50] if type(attrs) is list else ():
             # its public attributes (``exc.errors``), as values or handles: never a name of the exception machinery
