@@ -195,6 +195,20 @@ def _mixed_class(key):
     return _MIXED_CLASSES[key]
 
 
+def _standard_error(described):
+    """The standard library's exception class ``[module, qualname]`` names, or None."""
+    if type(described) is not list or len(described) != 2 or not all(type(x) is str for x in described) \
+            or described[0].split(".")[0] not in sys.stdlib_module_names or not described[1].isidentifier():
+        return None
+    import importlib
+
+    try:
+        found = getattr(importlib.import_module(described[0]), described[1], None)
+    except ImportError:
+        return None
+    return found if isinstance(found, type) and issubclass(found, Exception) else None
+
+
 def _trusted_unpickle(token):
     """A copy of a test's object pickled inside a solution object (the trusted side loads its own bytes)."""
     return _SERVER[0].request("unpickle", token=token)
@@ -885,6 +899,8 @@ class SolutionServer(Endpoint):
         """The side tags the trusted side sends: namedtuples, enum members, builtins and modules by name."""
         if tag == "bi":
             return getattr(builtins, body)
+        if tag == "sx":
+            return _standard_error(body) or Exception
         if tag == "mod":
             import importlib
 
@@ -1082,7 +1098,10 @@ class SolutionServer(Endpoint):
             base = getattr(builtins, str(info.get("type")), None)
             if not (isinstance(base, type) and issubclass(base, BaseException)):
                 base = Exception
-            exc = base(str(info.get("message", "")))
+            try:
+                exc = (_standard_error(info.get("std")) or base)(str(info.get("message", "")))
+            except TypeError:  # (a class wanting other arguments: json.JSONDecodeError)
+                exc = base(str(info.get("message", "")))
             if type(info.get("token")) is int:
                 exc._factory_token = info["token"]
             raise exc

@@ -946,6 +946,9 @@ class SolutionClient(Endpoint):
         name = getattr(value, "__name__", None)
         if type(name) is str and getattr(builtins, name, None) is value and not isinstance(value, types.ModuleType):
             return {"bi": name}
+        if isinstance(value, type) and issubclass(value, Exception) \
+                and _standard_exception([value.__module__, value.__qualname__]) is value:
+            return {"sx": [value.__module__, value.__qualname__]}  # the solution's own class of that name
         if isinstance(value, types.ModuleType) and type(name) is str \
                 and name.split(".")[0] in sys.stdlib_module_names and sys.modules.get(name) is value:
             return {"mod": name}
@@ -1235,6 +1238,8 @@ class SolutionClient(Endpoint):
                 self.pending = self.pending or exc
                 message = "an assertion of the test failed"
             reply = {"exc": {"type": _builtin_exception_name(type(exc)), "message": message, "token": token}}
+            if _standard_exception([type(exc).__module__, type(exc).__qualname__]) is type(exc):
+                reply["exc"]["std"] = [type(exc).__module__, type(exc).__qualname__]  # (pickle.PicklingError)
         except BaseException as exc:  # pytest.fail/skip, SolutionUnavailable: the test's verdict, never swallowed
             self.pending = self.pending or exc
             reply = {"exc": {"type": "Exception", "message": "the test stopped"}}

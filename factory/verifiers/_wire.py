@@ -54,8 +54,8 @@ import socket
 import struct
 
 __all__ = ["MAX_DEPTH", "MAX_FRAME", "MAX_NESTING", "PLAIN_SCALARS", "Channel", "Endpoint", "Refs", "WireError",
-           "container_states", "cwd_from_wire", "cwd_to_wire", "decode_value", "encode_value", "states_of",
-           "write_back"]
+           "container_states", "cwd_from_wire", "cwd_to_wire", "decode_item", "decode_value", "encode_item",
+           "encode_value", "states_of", "write_back"]
 
 MAX_FRAME = 64 * 1024 * 1024
 MAX_DEPTH = 200
@@ -67,7 +67,7 @@ _MUTABLE = (list, dict, set, bytearray)
 #: Handle keys: an object of the solution ("h") or of the trusted side ("rh").
 HANDLE_KEYS = ("h", "rh")
 #: Tags only a side's own ``objects`` hook decodes.
-SIDE_TAGS = frozenset({"nt", "dc", "en", "bi", "mod", "tzo", "bv", "ex", "nd", "pk", "ns", "tdc"})
+SIDE_TAGS = frozenset({"nt", "dc", "en", "bi", "mod", "tzo", "bv", "ex", "nd", "pk", "ns", "tdc", "sx"})
 _PATHS = {"pp": pathlib.PurePosixPath, "pw": pathlib.PureWindowsPath, "cp": pathlib.PosixPath}
 _ZONE_KEY = re.compile(r"^[A-Za-z0-9_+\-]+(/[A-Za-z0-9_+\-]+)*$")
 _BUILTINS_NAMESPACE = vars(builtins)
@@ -547,3 +547,31 @@ class Endpoint:
                 self.send(self.serve_one(message))
         finally:
             self.depth -= 1
+
+
+#: Items of an iterator run ahead cross in a short form when they are plain ints and strings (or a tuple or list
+#: of them): ``{"j": x}``, ``{"jt": [...]}``, ``{"jl": [...]}``; everything else as ``{"i": tagged}``.
+_SHORT_INT = 1 << 53
+
+
+def encode_item(value, encode):
+    """One item of an iterator run ahead: the short form where it applies, else ``{"i": encode(value)}``."""
+    kind = type(value)
+    if kind is str or (kind is int and -_SHORT_INT < value < _SHORT_INT):
+        return {"j": value}
+    if (kind is tuple or kind is list) and len(value) <= 64 and all(
+            type(x) is str or (type(x) is int and -_SHORT_INT < x < _SHORT_INT) for x in value):
+        return {"jt" if kind is tuple else "jl": list(value)}
+    return {"i": encode(value)}
+
+
+def decode_item(entry, decode):
+    """The value of an item :func:`encode_item` made (``decode`` for the tagged form)."""
+    if "i" in entry:
+        return decode(entry["i"])
+    (tag, body), = entry.items()
+    items = [body] if tag == "j" else body if tag in ("jt", "jl") and type(body) is list else None
+    if items is None or not all(type(x) is str or (type(x) is int and -_SHORT_INT < x < _SHORT_INT)
+                                for x in items):
+        raise WireError("malformed item")
+    return body if tag == "j" else tuple(body) if tag == "jt" else list(body)
