@@ -776,7 +776,8 @@ def main() -> None:
 
     print(f"\n[1] {n} branches per contender, sequential and x{conc}, timed in round-robin chunks of {args.chunk}:")
     print("    bare pytest: subprocess.run(python -m pytest -q) in a temp dir; verifier, isolated (default): "
-          "TestsVerifier on the handed-over workspace (2 sandboxes of its own: solution server + trusted pytest); "
+          "TestsVerifier on the handed-over workspace (a fresh solution sandbox + trusted pytest forked from a warm "
+          "runner where the backend has one); "
           "verifier, in-process guarded: agent sandbox start + TestsVerifier (reads it, guarded pytest in a fresh "
           "sandbox; reference warmed up, not timed) + close")
     with warnings.catch_warnings():

@@ -59,6 +59,7 @@ from factory.verifiers._isolation import (
     parse_report,
     place_server,
     server_command,
+    stable_layout,
     test_data_files,
     trusted_files,
 )
@@ -108,7 +109,8 @@ class WarmRunner:
         self.root = tempfile.mkdtemp(prefix="factory-warm-", dir=sandbox_folder())
         os.chmod(self.root, 0o1777)  # the runner's children write their trees; sticky: no one removes another's
         # The runner's script is in the shared directory (read-only, root's): the workspace starts empty and is
-        # each verification's own in turn.
+        # each verification's own in turn. A fixed address-space layout, as a fresh trusted command has (its
+        # forks keep it).
         os.mkdir(os.path.join(self.root, ZYGOTE_DIR), 0o755)
         for rel, content in _with_bytecode(ZYGOTE_NAME, _zygote_script(), ZYGOTE_DIR).items():
             path = os.path.join(self.root, rel)
@@ -121,7 +123,7 @@ class WarmRunner:
         await self.sandbox.start()
         settings = {"socket": f"{self.inside}/{ZYGOTE_SOCKET}", "sweep": self.backend != "none", "idle": IDLE_S}
         self.server = asyncio.ensure_future(self.sandbox.exec(
-            _run_file(f"{self.inside}/{ZYGOTE_DIR}/{ZYGOTE_NAME}"), timeout=LIFETIME_S + 60,
+            stable_layout(_run_file(f"{self.inside}/{ZYGOTE_DIR}/{ZYGOTE_NAME}")), timeout=LIFETIME_S + 60,
             stdin=json.dumps(settings)))
         socket_path = os.path.join(self.root, ZYGOTE_SOCKET)
         deadline = time.monotonic() + 60
