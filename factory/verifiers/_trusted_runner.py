@@ -393,6 +393,21 @@ _STANDARD_ERROR_MODULES = frozenset({
     "zoneinfo._common", "ast", "tokenize", "binhex", "uu", "lzma", "_lzma", "bz2", "gzip", "select"})
 
 
+def _standard_name(value):
+    """``[module, qualname]`` of a class or function of the standard library that ``value`` is (reached again by
+    that name here; never the tests' or pytest's), else None."""
+    if not isinstance(value, (type, types.FunctionType, types.BuiltinFunctionType)):
+        return None
+    module, qualname = getattr(value, "__module__", None), getattr(value, "__qualname__", None)
+    if type(module) is not str or type(qualname) is not str or module == "builtins" \
+            or module.split(".")[0] not in sys.stdlib_module_names or "<" in qualname:
+        return None
+    found = sys.modules.get(module)
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    return [module, qualname] if found is value else None
+
+
 def _standard_exception(described):
     """The standard library's exception class a solution's error names (``["_pickle", "PicklingError"]``), if it
     is one of :data:`_STANDARD_ERROR_MODULES` and this side has that module imported; else None."""
@@ -603,6 +618,7 @@ class SolutionClient(Endpoint):
         self.exported = {}
         self.export_ids = {}
         self.described = {}  # key -> the plain-data description of a test's function handed to the solution
+        self.standard = {}  # (module, qualname) -> a standard library object sent by name (the only ones it returns)
         self.describing = set()
         self.epoch = 0
         self.pending = None  # a BaseException raised in the test's code during a solution call: re-raised after
@@ -952,6 +968,10 @@ class SolutionClient(Endpoint):
         if isinstance(value, types.ModuleType) and type(name) is str \
                 and name.split(".")[0] in sys.stdlib_module_names and sys.modules.get(name) is value:
             return {"mod": name}
+        standard = _standard_name(value)
+        if standard is not None:  # functools.partial, collections.OrderedDict, os.path.join: the solution's own
+            self.standard[tuple(standard)] = value
+            return {"std": standard}
         if type(value).__module__.startswith(_DATA_LIBRARIES):
             return _data_value(value)
         fields = getattr(type(value), "__dataclass_fields__", None)
@@ -972,6 +992,11 @@ class SolutionClient(Endpoint):
 
     def objects_from(self, tag, body, nested):
         """The solution's value objects, rebuilt with the trusted side's classes from plain fields."""
+        if tag == "std":  # a standard library object this side sent by name, going home (never any other)
+            try:
+                return self.standard[tuple(body)]
+            except (KeyError, TypeError):
+                raise WireError("a standard library object the tests never handed over") from None
         if tag == "bi":
             if body == "__dict__":  # the solution's builtins namespace (exec() added it to a dict): a copy of
                 return dict(builtins.__dict__)  # ours (never this process's own, which a test could then change)
@@ -1439,17 +1464,32 @@ class _SolutionExit(SystemExit):
         return self._factory_code
 
 
-def _is_exit_statement(node):
-    """Whether ``node`` may follow the statement running when the solution exits, for the exit to end the script
-    as written (``pass``, ``raise ...``, ``sys.exit(...)``)."""
+def _exit_call(node):
+    """Whether ``node`` is a call of ``sys.exit``, ``exit``, ``os._exit`` or ``quit``."""
     import ast
 
-    if isinstance(node, ast.Pass) or (isinstance(node, ast.Raise) and node.exc is not None):
+    if not isinstance(node, ast.Call):
+        return False
+    function = node.func
+    return (function.attr if isinstance(function, ast.Attribute) else getattr(function, "id", None)) in (
+        "exit", "_exit", "quit")
+
+
+def _is_exit_statement(node):
+    """Whether ``node`` may follow the statement running when the solution exits, for the exit to end the script
+    as written: ``pass``, ``sys.exit(rc)``, ``raise SystemExit(rc)`` with names or constants only (never a check
+    such as ``sys.exit(rc != 6)``)."""
+    import ast
+
+    def simple(call):
+        return not call.keywords and all(isinstance(arg, (ast.Constant, ast.Name)) for arg in call.args)
+
+    if isinstance(node, ast.Pass):
         return True
-    if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
-        function = node.value.func
-        name = function.attr if isinstance(function, ast.Attribute) else getattr(function, "id", None)
-        return name in ("exit", "_exit", "quit")
+    if isinstance(node, ast.Expr) and _exit_call(node.value):
+        return simple(node.value)
+    if isinstance(node, ast.Raise) and node.exc is not None:
+        return isinstance(node.exc, ast.Name) or (isinstance(node.exc, ast.Call) and simple(node.exc))
     return False
 
 
@@ -1484,7 +1524,7 @@ def _final_in(body, line, span):
             statement, (ast.Expr, ast.Return, ast.Assign, ast.AnnAssign)) else None
         if isinstance(statement, ast.Raise):
             value = statement.exc
-        if isinstance(value, ast.Call) and value.args and _is_exit_statement(ast.Expr(value)):
+        if _exit_call(value) and value.args:
             value = value.args[0]  # sys.exit(main()), raise SystemExit(main())
         if isinstance(statement, ast.Raise) and isinstance(value, ast.Call) and value.args:
             value = value.args[0]
@@ -2139,14 +2179,16 @@ def _probe(read, name):
 
 #: Modules whose reads of a solution module's attributes are not the test naming a class (collection, probes,
 #: introspection walks, this runner itself).
-_MACHINERY = ("_pytest", "pytest", "pluggy", "inspect", "doctest", "pydoc", "importlib", "typing", "unittest.mock",
-              "__main__", "factory", "dataclasses", "pickle", "copy", "functools", "abc", "enum")
+_MACHINERY = frozenset({"_pytest", "pytest", "pluggy", "inspect", "doctest", "pydoc", "importlib", "typing",
+                        "unittest", "__main__", "factory", "dataclasses", "pickle", "copy", "copyreg", "functools",
+                        "abc", "enum"})
 
 
 def _by_test(frame):
     """Whether ``frame`` (the code reading an attribute or a class) is the tests' own code."""
     name = frame.f_globals.get("__name__", "") if frame is not None else ""
-    return type(name) is str and not name.startswith(_MACHINERY)
+    # (whole module names: a test module called copy_test or enum_cases is the tests' own)
+    return type(name) is str and name.split(".")[0] not in _MACHINERY
 
 
 #: Test node id -> how many comparisons and hashes the solution's own methods decided while it ran.
@@ -2879,6 +2921,8 @@ def _mixed_class(mcs, name, bases, namespace, kwargs):
             kind, parts = "class", [value.__func__]
         elif isinstance(value, property):
             kind, parts = "property", [value.fget, value.fset, value.fdel]
+        elif key.startswith("_") and not key.endswith("__") and not callable(value):
+            continue  # the test class's private data stays here (its methods, even private hooks, forward)
         else:
             kind, parts = "value", [value]
         try:
