@@ -1101,6 +1101,15 @@ class SolutionClient(Endpoint):
         kind = ("class" if isinstance(value, type) else "function" if isinstance(value, types.FunctionType)
                 else "callable" if callable(value) else "object")
         handle = {"rh": key, "k": kind, "name": _safe_name(getattr(type(value), "__name__", "object"))}
+        if kind == "class" and issubclass(value, Exception) and not any(
+                getattr(base, "_factory_key", None) is not None or isinstance(base, RemoteClass)
+                for base in value.__mro__):
+            # The test's own exception class: the solution gets a stand-in class to raise and catch
+            # (``except exceptions:`` with a tuple of them), its bases the test's classes' stand-ins.
+            handle["exc"] = _builtin_exception_name(value)
+            handle["cname"] = _safe_name(value.__name__, "TestError")
+            handle["bases"] = [self.handle_of(base) for base in value.__bases__
+                               if getattr(builtins, base.__name__, None) is not base]
         if kind in ("object", "callable"):
             std = self.standard_bases.get(type(value))
             if std is None:
@@ -1225,6 +1234,12 @@ class SolutionClient(Endpoint):
                 except (TypeError, ValueError):
                     made = type.__call__(cls, message)
                 made._factory_message = message
+            elif isinstance(cls, type) and issubclass(cls, Exception) and type(info["cls"]) is dict \
+                    and "rh" in info["cls"]:  # the test's own exception class, raised by the solution
+                try:
+                    made = cls(*args)
+                except Exception:  # noqa: BLE001 -- a class whose constructor wants other arguments
+                    pass
         if info.get("suppress") is True:  # raised ``from None`` (or with its context suppressed) there
             made.__suppress_context__ = True
         attrs = info.get("attrs")
@@ -1263,6 +1278,13 @@ class SolutionClient(Endpoint):
                 self.pending = self.pending or exc
                 message = "an assertion of the test failed"
             reply = {"exc": {"type": _builtin_exception_name(type(exc)), "message": message, "token": token}}
+            if getattr(builtins, type(exc).__name__, None) is not type(exc):
+                try:
+                    cls = self.handle_of(type(exc))
+                except BaseException:  # noqa: BLE001 -- crosses as its builtin base
+                    cls = None
+                if cls is not None and "exc" in cls:
+                    reply["exc"]["cls"] = cls
             if _standard_exception([type(exc).__module__, type(exc).__qualname__]) is type(exc):
                 reply["exc"]["std"] = [type(exc).__module__, type(exc).__qualname__]  # (pickle.PicklingError)
         except BaseException as exc:  # pytest.fail/skip, SolutionUnavailable: the test's verdict, never swallowed
