@@ -642,6 +642,7 @@ class SolutionServer(Endpoint):
         self.dataclass_classes = {}  # (the test's class key, its field names) -> the mirror's class
         self.dataclass_trusted = {}  # key -> the handle on the test's object itself
         self.mirror_seen = {}  # key -> the test function's attributes when it last crossed
+        self.standard = {}  # id -> (a standard library object the trusted side sent by name, that name)
         self.logs = []
         self.warns = []
         self.base_env = dict(os.environ)
@@ -842,8 +843,12 @@ class SolutionServer(Endpoint):
         kind = type(value)
         if _is_trusted_handle(value):
             return {"rh": object.__getattribute__(value, "_key")}
+        if isinstance(value, type) and type(vars(value).get("_factory_rkey")) is int:
+            return {"rh": vars(value)["_factory_rkey"]}
         if kind is types.FunctionType and id(value) in self.mirrors:
             return {"rh": self.mirrors[id(value)]}
+        if id(value) in self.standard and self.standard[id(value)][0] is value:
+            return {"std": self.standard[id(value)][1]}
         if id(value) in self.dataclass_keys and self.dataclass_mirrors.get(self.dataclass_keys[id(value)]) is value:
             return {"rh": self.dataclass_keys[id(value)]}  # a test's dataclass instance goes home
         if isinstance(value, enum.Enum) and isinstance(kind, enum.EnumMeta):
@@ -905,6 +910,14 @@ class SolutionServer(Endpoint):
             import importlib
 
             return importlib.import_module(body)
+        if tag == "std":  # a class or function of the standard library, by name: this process's own
+            import importlib
+
+            found = importlib.import_module(body[0])
+            for part in str(body[1]).split("."):
+                found = getattr(found, part)
+            self.standard[id(found)] = (found, body)  # sent back by name, it is the test's own object again
+            return found
         if tag == "nt":
             cls = self.resolve(body[0]) if body[0] is not None else None
             values = [nested(v) for v in body[3]]
@@ -984,6 +997,8 @@ class SolutionServer(Endpoint):
 
     def trusted_proxy(self, data):
         key = data["rh"]
+        if data.get("k") == "class" and type(data.get("exc")) is str and key not in self.trusted:
+            self.trusted[key] = self.trusted_exception(key, data)
         described = data.get("fn") if type(data.get("fn")) is dict else None
         if key not in self.trusted:
             made = _mirror_function(self, key, described) if described is not None else None
@@ -1005,6 +1020,24 @@ class SolutionServer(Endpoint):
         if described is not None and id(made) in self.mirrors:
             self.refresh_mirror(key, made, described.get("attrs"))
         return made
+
+    def trusted_exception(self, key, data):
+        """A stand-in class for an exception class of the test (raised and caught here as that class)."""
+        base = getattr(builtins, data["exc"], None)
+        if not (isinstance(base, type) and issubclass(base, Exception)):
+            base = Exception
+        bases = []
+        for handle in data.get("bases") or []:
+            parent = self.resolve(handle) if type(handle) is dict and "rh" in handle else None
+            if isinstance(parent, type) and issubclass(parent, Exception) and "_factory_rkey" in vars(parent):
+                bases.append(parent)
+        if not any(issubclass(parent, base) for parent in bases):
+            bases.append(base)
+        name = str(data.get("cname") or "TestError")
+        try:
+            return type(name, tuple(bases), {"_factory_rkey": key, "__module__": "tests"})
+        except TypeError:  # (bases whose layouts conflict)
+            return type(name, (base,), {"_factory_rkey": key, "__module__": "tests"})
 
     def refresh_mirror(self, key, mirror, attrs):
         """The test function's public attributes, as the test last set them, into its mirror.
@@ -1046,8 +1079,10 @@ class SolutionServer(Endpoint):
             message = str(exc)
         except Exception:
             message = f"<unprintable {cls.__name__}>"
+        rkey = vars(cls).get("_factory_rkey")  # the stand-in of a test's class: that class, there
         info = {"type": cls.__name__ if builtin else _builtin_exception_name(cls), "builtin": builtin,
-                "cls": None if builtin else self.handle_of(cls), "message": message[:2000]}
+                "cls": None if builtin else {"rh": rkey} if type(rkey) is int else self.handle_of(cls),
+                "message": message[:2000]}
         token = getattr(exc, "_factory_token", None)
         if type(token) is int:
             info["token"] = token
@@ -1102,6 +1137,11 @@ class SolutionServer(Endpoint):
                 exc = (_standard_error(info.get("std")) or base)(str(info.get("message", "")))
             except TypeError:  # (a class wanting other arguments: json.JSONDecodeError)
                 exc = base(str(info.get("message", "")))
+            cls = info.get("cls")
+            if type(cls) is dict and "rh" in cls:  # the test's own exception class: its stand-in here
+                stand_in = self.resolve(cls)
+                if isinstance(stand_in, type) and issubclass(stand_in, Exception):
+                    exc = stand_in(str(info.get("message", "")))
             if type(info.get("token")) is int:
                 exc._factory_token = info["token"]
             raise exc

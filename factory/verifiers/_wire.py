@@ -67,7 +67,7 @@ _MUTABLE = (list, dict, set, bytearray)
 #: Handle keys: an object of the solution ("h") or of the trusted side ("rh").
 HANDLE_KEYS = ("h", "rh")
 #: Tags only a side's own ``objects`` hook decodes.
-SIDE_TAGS = frozenset({"nt", "dc", "en", "bi", "mod", "tzo", "bv", "ex", "nd", "pk", "ns", "tdc", "sx"})
+SIDE_TAGS = frozenset({"nt", "dc", "en", "bi", "mod", "tzo", "bv", "ex", "nd", "pk", "ns", "tdc", "sx", "std"})
 _PATHS = {"pp": pathlib.PurePosixPath, "pw": pathlib.PureWindowsPath, "cp": pathlib.PosixPath}
 _ZONE_KEY = re.compile(r"^[A-Za-z0-9_+\-]+(/[A-Za-z0-9_+\-]+)*$")
 _BUILTINS_NAMESPACE = vars(builtins)
