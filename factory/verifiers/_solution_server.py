@@ -463,6 +463,8 @@ class _HiddenDefault:
 
 
 _HIDDEN_DEFAULT = _HiddenDefault()
+#: A mirror's ``__signature__`` once the test's function has none (inspect.signature then raises TypeError).
+_NO_SIGNATURE = _HiddenDefault()
 #: ``inspect.Parameter`` kinds as they cross (the enum's values).
 _POSITIONAL_ONLY, _POSITIONAL, _VAR_POSITIONAL, _KEYWORD_ONLY, _VAR_KEYWORD = range(5)
 
@@ -642,6 +644,7 @@ class SolutionServer(Endpoint):
         self.dataclass_classes = {}  # (the test's class key, its field names) -> the mirror's class
         self.dataclass_trusted = {}  # key -> the handle on the test's object itself
         self.mirror_seen = {}  # key -> the test function's attributes when it last crossed
+        self.mirror_signature = {}  # key -> the test function's signature when it last crossed
         self.standard = {}  # id -> (a standard library object the trusted side sent by name, that name)
         self.logs = []
         self.warns = []
@@ -1019,7 +1022,27 @@ class SolutionServer(Endpoint):
         made = self.trusted[key]
         if described is not None and id(made) in self.mirrors:
             self.refresh_mirror(key, made, described.get("attrs"))
+            self.refresh_signature(key, made, described)
         return made
+
+    def refresh_signature(self, key, mirror, described):
+        """The test function's signature as it is now, where it changed since the mirror was made (the test set
+        ``__signature__``): the mirror's ``__signature__``; one that no longer resolves makes
+        ``inspect.signature`` raise ``TypeError`` here."""
+        now = [described.get("params"), described.get("ret"), described.get("sigerr")]
+        if key not in self.mirror_signature:
+            self.mirror_signature[key] = now
+            return
+        if now == self.mirror_signature[key]:
+            return
+        self.mirror_signature[key] = now
+        if now[2] is not None:
+            mirror.__signature__ = _NO_SIGNATURE
+            return
+        try:
+            mirror.__signature__ = _signature_of(now[:2], self.value)
+        except ValueError:
+            mirror.__signature__ = _NO_SIGNATURE
 
     def trusted_exception(self, key, data):
         """A stand-in class for an exception class of the test (raised and caught here as that class)."""

@@ -1163,16 +1163,18 @@ class SolutionClient(Endpoint):
         if key in self.describing:  # (an attribute that holds the function itself)
             return None
         described = self.described.get(key)
-        if described is None:
-            try:
-                signature = inspect.signature(function)
-            except (TypeError, ValueError):
+        own = getattr(function, "__func__", function)
+        try:  # (each time it crosses: a test may set __signature__ or __wrapped__ on it in between)
+            signature = inspect.signature(function)
+            now = {"params": self.signature_data(signature, own), "ret": _annotation_text(signature.return_annotation)}
+        except (TypeError, ValueError) as exc:
+            if described is None:  # no mirror: a handle, whose signature the solution asks for (and gets this error)
                 return None
-            own = getattr(function, "__func__", function)
-            params = self.signature_data(signature, own)
+            now = {"sigerr": type(exc).__name__}
+        if described is None:
             flags = ("coro" if inspect.iscoroutinefunction(own) else "gen" if inspect.isgeneratorfunction(own)
                      else "")
-            described = {"params": params, "ret": _annotation_text(signature.return_annotation), "flags": flags}
+            described = {"flags": flags}
             for attribute in ("name", "qualname", "module", "doc"):
                 value = getattr(own, f"__{attribute}__", None)
                 described[attribute] = value[:20_000] if type(value) is str else None
@@ -1188,7 +1190,7 @@ class SolutionClient(Endpoint):
                         continue
         finally:
             self.describing.discard(key)
-        return {**described, "attrs": attrs}
+        return {**described, **now, "attrs": attrs}
 
     def exception(self, info):
         if type(info) is not dict:
