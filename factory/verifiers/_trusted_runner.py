@@ -185,6 +185,32 @@ def _run_watched(function, args, kwargs):
     return result
 
 
+class _SolutionBuiltin:
+    """A builtin the solution holds that this side will not hand a test (``exec``, ``open``, ``BaseException``,
+    ``delattr``): a token with its name, equal to the same token, never callable here. A registry of the
+    solution keyed by builtins (toolz's signature table) can then still be read."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return f"<the solution's builtin {self.name}>"
+
+    def __eq__(self, other):
+        return type(other) is _SolutionBuiltin and other.name == self.name
+
+    def __hash__(self):
+        return hash(("builtin", self.name))
+
+    def __call__(self, *args, **kwargs):
+        raise BoundaryError(f"the solution's builtin {self.name} is not run by the tests' process")
+
+    def _factory_handle_of(self):
+        return {"bi": self.name}
+
+
 class _RefusedBuiltin(WireError):
     """A builtin the solution may not hand over (``exec``, ``BaseException``, ...), in a well-formed message."""
 
@@ -348,7 +374,10 @@ def _watch_nan_checks(pytest):
 _SAFE_BUILTINS = frozenset({
     "int", "float", "complex", "str", "bytes", "bytearray", "bool", "list", "tuple", "dict", "set", "frozenset",
     "range", "object", "slice", "abs", "len", "max", "min", "sum", "sorted", "reversed", "repr", "round", "ord",
-    "chr", "any", "all", "divmod", "pow", "hash", "enumerate", "zip", "map", "filter", "iter", "next"})
+    "chr", "any", "all", "divmod", "pow", "hash", "enumerate", "zip", "map", "filter", "iter", "next",
+    # pure too (a registry keyed by builtins, toolz's signatures table, holds them)
+    "aiter", "anext", "callable", "isinstance", "issubclass", "format", "bin", "hex", "oct", "ascii", "id", "type",
+    "memoryview", "property", "staticmethod", "classmethod", "super"})
 _LIVE_BASES = (list, dict, set, bytearray)
 _PYTEST_ENV = ("PYTEST_", "_PYTEST")
 #: Items a solution iterator's process is asked to produce ahead: the first time, and at most (times 4 each
@@ -1002,6 +1031,8 @@ class SolutionClient(Endpoint):
                 return dict(builtins.__dict__)  # ours (never this process's own, which a test could then change)
             if body not in _SAFE_BUILTINS and not (isinstance(getattr(builtins, str(body), None), type)
                                                    and issubclass(getattr(builtins, str(body)), Exception)):
+                if type(body) is str and body.isidentifier() and hasattr(builtins, body):
+                    return _SolutionBuiltin(body)  # named, never this side's own (exec, open, BaseException...)
                 raise _RefusedBuiltin(f"builtin {str(body)[:40]!r} cannot cross")
             return getattr(builtins, body)
         if tag == "nt":
@@ -2028,6 +2059,13 @@ _VALUE_WRITERS = frozenset({"append", "extend", "insert", "pop", "remove", "clea
                             "intersection_update", "symmetric_difference_update", "__iadd__", "__ior__", "__iand__",
                             "__isub__", "__ixor__", "__imul__", "move_to_end", "subtract"})
 _VALUE_COMPARISONS = ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__")
+#: Operators and protocols a subclass may add to its builtin: its own, run in the solution's process.
+_VALUE_OPERATORS = frozenset({f"__{p}{n}__" for n in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow",
+                                                       "matmul", "and", "or", "xor", "lshift", "rshift")
+                              for p in ("", "r", "i")} | {"__neg__", "__pos__", "__abs__", "__invert__",
+                                                          "__call__", "__enter__", "__exit__", "__divmod__",
+                                                          "__rdivmod__", "__round__", "__trunc__", "__floor__",
+                                                          "__ceil__"})
 #: Never the solution's, never rewrapped: comparison and hash stay the builtin's, the rest is the proxy's own.
 _VALUE_KEPT = frozenset({*_VALUE_COMPARISONS, "__hash__", "__new__", "__init__", "__getattribute__", "__getattr__",
                          "__setattr__", "__delattr__", "__class__", "__reduce__", "__reduce_ex__", "__getstate__",
@@ -2140,6 +2178,8 @@ def _value_class(base, kind, name, overridden):
             namespace[method_name] = forward(method_name)
         elif mutable:
             namespace[method_name] = reader(method_name)
+    for method_name in overridden & _VALUE_OPERATORS:  # operators the builtin lacks (a tuple's __radd__)
+        namespace.setdefault(method_name, forward(method_name))
     if mutable:
         for method_name in _VALUE_COMPARISONS:
             namespace[method_name] = comparison(method_name)
@@ -2898,6 +2938,13 @@ class _SolutionAttribute:
     def __get__(self, obj, owner=None):
         holder = self.holder
         client = holder._factory_client
+        if obj is None and isinstance(owner, RemoteClass) and owner is not holder and owner._factory_key is not None:
+            # super().parse(...) in a test's classmethod: bound to the test's class (its solution half)
+            value = client.request("superattr", h={"h": owner._factory_key}, cls={"h": holder._factory_key},
+                                   name=self.name)
+            if isinstance(value, RemoteObject) and owner._factory_key in client.named:  # as RemoteClass.__getattr__
+                client.makers.add(object.__getattribute__(value, "_key"))
+            return value
         if obj is None:  # read on the class: the solution class's own attribute (an unbound function there)
             value = client.request("getattr", h={"h": holder._factory_key}, name=self.name)
             if isinstance(value, RemoteObject) and holder._factory_key in client.named:  # as RemoteClass.__getattr__
