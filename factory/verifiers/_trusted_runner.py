@@ -679,6 +679,7 @@ class SolutionClient(Endpoint):
         self.stream_only = {}  # key -> whether a stream the solution got as its sys.stdin (etc.) is read
         self.root = os.getcwd()  # the trusted workspace: a working directory inside it crosses relative to it
         self.pickled = []  # the test's objects the solution pickled (it holds their index, never the bytes)
+        self.raised_before_tests = None  # how importing a solution module failed before any test ran (a conftest)
         self.standard_bases = {}  # a test object's class -> the standard bases it derives from (handle "std")
 
     # ------------------------------------------------------------ protocol
@@ -3008,7 +3009,7 @@ def _mixed_class(mcs, name, bases, namespace, kwargs):
     if slots is not None:
         request["slots"] = client.encode([slots] if isinstance(slots, str) else list(slots))
     key = client.request("subclass", **request)
-    if type(key) is not int:
+    if type(key) is not int or key in client.proxies:  # (a fresh class there: never a handle this side knows)
         raise BoundaryError(f"the solution did not make its half of the test's class {name}")
     type.__setattr__(cls, "_factory_key", key)
     client.proxies[key] = cls
@@ -3063,6 +3064,10 @@ class SolutionFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             if marker:  # never the empty marker in the solution's place
                 raise ImportError(f"the solution's package {fullname} cannot be imported") from None
             return None
+        except BaseException as exc:
+            if _NAN["current"] is None and self.client.raised_before_tests is None:
+                self.client.raised_before_tests = f"{type(exc).__name__}: {str(exc)[:300]}"
+            raise
         if not isinstance(module, RemoteModule):
             raise ImportError(f"{fullname} did not import as a module")
         if marker and own.submodule_search_locations:
@@ -3240,6 +3245,8 @@ def run_tests(settings):
     return {"exit": int(exit_code), "outcomes": outcomes.outcomes, "messages": outcomes.messages,
             "collection_errors": outcomes.collection_errors, "solution_error": client.broken,
             "boundary": outcomes.boundary_entries(),
+            # (pytest's usage error when a conftest's import of the solution raised: the solution's failure)
+            "solution_raised_before_tests": client.raised_before_tests,
             # comparisons and hashes the solution's own methods decided (classes the tests name), per test
             "solution_decided": {str(k): v for k, v in list(_DECIDED.items())[:1000]}}
 
