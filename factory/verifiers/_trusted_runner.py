@@ -71,6 +71,22 @@ What the solution printed, logged and warned during a call is re-emitted
 here (``capsys``, ``capfd``, ``caplog``, ``pytest.warns``), and the test's
 environment changes and working directory go with each call.
 
+A test's class deriving from a solution class is a mixed class
+(:func:`_mixed_class`): its objects live in the solution's process as
+objects of a half made there (the solution's metaclass and
+``__init_subclass__`` run only there), whose methods the test defines
+forward to the test's own, run here; ``super()`` past them reaches the
+solution's (:class:`_SolutionAttribute`). The half gets handles on the
+test's methods and its public data, never the class, its ``__dict__``,
+private data or the functions' globals. A test's object of a standard base
+the solution checks (``tzinfo``, ``Mapping``, ``io`` bases) is one there too;
+a solution zone whose offset depends on the moment is a ``tzinfo`` here.
+Pickling or copying a solution object asks the solution: the stream made
+here holds its bytes as data and names only :func:`_solution_unpickle`,
+which hands them back to the solution to load; a test's object inside one
+is pickled here and stays here (the solution holds a token). No bytes the
+solution produced are ever unpickled in this process.
+
 A failing test whose failure comes from something that could not cross is
 listed in the report's ``boundary``: ``[{"test": node id, "what":
 message}]``.
