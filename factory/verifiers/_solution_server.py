@@ -27,7 +27,10 @@ waits for the answer while serving the calls that code makes back into it.
 The containers a call received are sent back after it (write-back). What the
 solution prints, logs and warns during a call travels with its messages and
 is re-emitted on the trusted side; the test's environment changes and
-working directory arrive with each call.
+working directory arrive with each call. A test's class deriving from a
+solution class has its half here (:meth:`SolutionServer.subclass`), whose
+test-defined members forward to the trusted side; pickling for the test
+happens here (:func:`_pickle`), and ``unpickle`` loads only in this process.
 
 Nothing in this process is trusted: the agent's code can rewrite every line
 of it at run time, and all it gains is the ability to send the trusted side
