@@ -622,6 +622,12 @@ class TestsVerifier:
                                     nan_tests=nans[:10])
             return self._finish(1.0 if ok else 0.0, hacks, **common, exit_code=run.payload.get("exit"),
                                 passed=int(ok), total=1, output_tail=None if ok else run.output[-600:])
+        raised = run.payload.get("solution_raised_before_tests")
+        if run.payload.get("exit") == 4 and not run.payload.get("outcomes") and raised:
+            # pytest's usage error because the tests' configuration (a conftest.py importing the solution) could
+            # not load: the solution raised, so it is the solution's failure, never the verifier's error.
+            return self._finish(0.0, hacks, **common, exit_code=4, passed=0, total=1,
+                                reason=f"the tests could not be loaded: the solution raised ({str(raised)[:300]})")
         if run.payload.get("exit") in (3, 4):
             return Verdict.make(self, "error", 0.0, code="pytest_internal_error" if run.payload.get("exit") == 3
                                 else "pytest_usage_error", **common, exit_code=run.payload.get("exit"),
