@@ -87,6 +87,13 @@ which hands them back to the solution to load; a test's object inside one
 is pickled here and stays here (the solution holds a token). No bytes the
 solution produced are ever unpickled in this process.
 
+Iterators cross lazily, in batches where that is sound: the solution's
+(:meth:`SolutionClient.next_item`: items produced ahead by a copy of its
+process, used only while nothing else goes to the solution) and the test's
+builtin iterators over their own data passed as temporaries
+(:meth:`SolutionClient.clone_ahead`: from a copy; one the test holds never
+runs ahead, or the solution could read what the test reads from it next).
+
 A failing test whose failure comes from something that could not cross is
 listed in the report's ``boundary``: ``[{"test": node id, "what":
 message}]``.
@@ -598,7 +605,7 @@ def _monkeypatch_notset(pytest):
 def _watch_mock_patches():
     """``unittest.mock.patch`` and ``patch.object`` of a standard module's attribute, once mock is imported."""
     mock = sys.modules.get("unittest.mock")
-    if mock is None or getattr(mock._patch, "_factory_watched", False):
+    if mock is None or getattr(mock, "_patch", None) is None or getattr(mock._patch, "_factory_watched", False):
         return
     enter = mock._patch.__enter__
 
@@ -640,6 +647,7 @@ def _own_stream(name, value):
 
 def _module_state():
     """``[(module, attribute, value)]``: what the solution's modules mirror now (``_MISSING``: deleted)."""
+    _watch_mock_patches()  # (in every trusted process: a unittest suite's mock.patch too)
     state = [("sys", name, value) for name in _STREAM_NAMES
              for value in (getattr(sys, name, None),) if not _own_stream(name, value)]
     for (module, name), old in _PATCHED.items():
