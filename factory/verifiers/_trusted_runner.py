@@ -209,9 +209,11 @@ def _run_watched(function, args, kwargs):
 
 
 class _SolutionBuiltin:
-    """A builtin the solution holds that this side will not hand a test (``exec``, ``open``, ``BaseException``,
-    ``delattr``): a token with its name, equal to the same token, never callable here. A registry of the
-    solution keyed by builtins (toolz's signature table) can then still be read."""
+    """A builtin the solution holds that this side will not hand a test (``exec``, ``open``, ``delattr``,
+    ``BaseException``): a token with its name, equal to the same token, never callable here. A registry of the
+    solution keyed by builtins (toolz's signature table) can then still be read. A refused class
+    (``BaseException``: ``except`` with it would swallow pytest's outcomes) is a token too, and said in the
+    report's ``boundary`` for a test that fails."""
 
     __slots__ = ("name",)
 
@@ -1056,8 +1058,14 @@ class SolutionClient(Endpoint):
                 return dict(builtins.__dict__)  # ours (never this process's own, which a test could then change)
             if body not in _SAFE_BUILTINS and not (isinstance(getattr(builtins, str(body), None), type)
                                                    and issubclass(getattr(builtins, str(body)), Exception)):
-                if type(body) is str and body.isidentifier() and hasattr(builtins, body):
-                    return _SolutionBuiltin(body)  # named, never this side's own (exec, open, BaseException...)
+                refused = getattr(builtins, str(body), None) if type(body) is str and body.isidentifier() else None
+                if isinstance(refused, type) and issubclass(refused, BaseException):
+                    # (said, for the test that fails over it: an ``except`` with it is a TypeError here)
+                    BoundaryError(f"the solution's builtin {body} cannot cross (an except with it would swallow "
+                                  "pytest's outcomes): a token that is no class stands for it")
+                    return _SolutionBuiltin(body)
+                if callable(refused):
+                    return _SolutionBuiltin(body)  # named, never this side's own (exec, open, delattr...)
                 raise _RefusedBuiltin(f"builtin {str(body)[:40]!r} cannot cross")
             return getattr(builtins, body)
         if tag == "nt":
