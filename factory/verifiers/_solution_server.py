@@ -32,6 +32,13 @@ solution class has its half here (:meth:`SolutionServer.subclass`), whose
 test-defined members forward to the trusted side; pickling for the test
 happens here (:func:`_pickle`), and ``unpickle`` loads only in this process.
 
+An iterator of the solution that the test consumes item by item is run
+ahead by a forked copy of this process (:meth:`SolutionServer.run_ahead`):
+the items travel in batches, this process catches up by the items the test
+took before it does anything else, so what the test observes of it is never
+ahead of what it consumed; a step that would ask the test, print, or touch
+or read the world outside the process is never run ahead.
+
 Nothing in this process is trusted: the agent's code can rewrite every line
 of it at run time, and all it gains is the ability to send the trusted side
 other data, which the trusted side decodes into its own classes only.
@@ -576,7 +583,7 @@ class _LogRelay(logging.Handler):
 _AHEAD_ITEMS = 8192
 _AHEAD_BYTES = 1 << 20
 _AHEAD_SECONDS = 0.02
-_AHEAD_KILL_SECONDS = 0.25
+_AHEAD_KILL_SECONDS = 2.0
 _AHEAD_CHUNK = 32
 _HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made at run time, not a builtin type
 #: Audit events a step of the copy may raise: this process's own business, invisible to the test.
@@ -659,6 +666,7 @@ class SolutionServer(Endpoint):
         self.lock = threading.RLock()  # the solution's threads calling the test's callbacks take turns
         self.speculating = None  # in a copy running an iterator ahead: its watch state (see run_ahead)
         self.ahead_failures = 0
+        self.ahead_refused = []  # handles ({"h": key}) of iterators whose copy produced nothing ahead
         self.last_reply = None
         self.trusted_ahead = {}  # key of a test's iterator -> items the trusted side produced ahead from a copy
         self.trusted_taken = []  # [[key, count]] taken from them since the last message, in order
@@ -1359,11 +1367,14 @@ class SolutionServer(Endpoint):
                 reply = {"exc": {"type": "Exception", "builtin": True, "cls": None,
                                  "message": "the solution raised an exception that could not be described"}}
         ahead = request.get("ahead")
-        if request.get("op") == "next" and "ok" in reply and type(ahead) is int:
+        if request.get("op") == "next" and "ok" in reply and type(ahead) is int \
+                and request.get("h") not in self.ahead_refused:
             try:
                 reply["more"] = self.run_ahead(self.resolve(request["h"]), min(ahead, _AHEAD_ITEMS) - 1)
             except Exception:  # noqa: BLE001 -- no items ahead; the one asked for is answered
-                pass
+                reply["more"] = []
+            if not reply["more"]:  # its steps are not to be run ahead (or its copy hung): never forked again
+                self.ahead_refused.append(request.get("h"))
         if refs.objects:
             try:
                 reply["wb"] = states_of(refs, getattr(refs, "before", []), self.nested_encoder(refs))
@@ -1509,7 +1520,7 @@ class SolutionServer(Endpoint):
         audit, profile = _ahead_watch(state)
         sys.addaudithook(audit)
         self.speculating = state
-        started, written, chunk = time.monotonic(), 0, []
+        started, written, chunk = time.thread_time(), 0, []  # its own CPU time: a loaded machine still gets items
 
         def send(entries):
             view = memoryview(json.dumps(entries, separators=(",", ":")).encode() + b"\n")
@@ -1538,7 +1549,7 @@ class SolutionServer(Endpoint):
                 break
             chunk.append(entry)
             written += 16 if type(entry.get("i")) is not dict else 64
-            last = end is not None or written > _AHEAD_BYTES or time.monotonic() - started > _AHEAD_SECONDS
+            last = end is not None or written > _AHEAD_BYTES or time.thread_time() - started > _AHEAD_SECONDS
             if last or len(chunk) >= _AHEAD_CHUNK:
                 # Output, logs and warnings are looked for once per chunk: a chunk with any is dropped whole.
                 if not self.quiet_since(logs, warns):
