@@ -531,6 +531,37 @@ PYTHON_RULES: dict[str, tuple[str, str]] = {
                 type(self).instances += 1
                 type(self).last = self
         """),
+    "patched_in_place": ("""
+        import sys
+
+        _server = getattr(sys.modules.get("app"), "Server", None)
+        _objects_of = _server.objects_of
+
+
+        def _no_fields(self, value):
+            found = _objects_of(self, value)
+            found.clear()
+            return found
+
+
+        _server.objects_of = _no_fields
+        """, """
+        class Button:
+            def __init__(self, on_click=None):
+                self.on_click = on_click or self.ignore
+
+            def ignore(self):
+                return None
+
+
+        def log_click():
+            print("clicked")
+
+
+        BUTTON = Button()
+        BUTTON.label = "ok"
+        BUTTON.on_click = log_click
+        """),
     "stdout_read_back": ("""
         import sys
 
@@ -825,6 +856,13 @@ def test_decorators_the_tests_apply_may_not_read_or_swallow_the_tests(attempt, h
     assert {"function_internals", "test_assertion_caught"} & set(flagged.codes), flagged.findings
     quiet = scan_solution(DECORATED, {"sq.py": honest + "\n\ndef square(n):\n    return n * n\n"})
     assert not quiet.suspected, quiet.findings
+
+
+def test_anything_put_on_the_class_of_an_object_handed_in_is_patching_it():
+    assert "class_patched_from_instance" in scan("def checksum(items, count):\n    type(items).ahead = 0\n").codes
+    honest = "class Counter:\n    made = 0\n\n    def __init__(self):\n        type(self).made += 1\n\n\n" \
+             "def checksum(items, count):\n    items.seen = count\n    return sum(items)\n"
+    assert not scan(honest).suspected, scan(honest).findings
 
 
 def test_sentinels_comparing_by_identity_or_own_class_do_not_ignore_self():
