@@ -253,11 +253,6 @@ KNOWN_FAILING: dict[str, str] = {
         "180 s time limit (bare: 5-14 s); items of lazily consumed iterators cross one by one, and "
         "tests/test_recipes.py -k 'Sieve or Factor or Totient' alone passes 30 s isolated (0.3 s bare)"
     ),
-    "semver": (
-        "isolated 326/328 pass, bare 328: 2x test_subclass: a test's subclass overriding __str__, its "
-        "object made by the solution's replace()/bump (type(self)(...)): AssertionError: assert "
-        "'1.1.0-dev.0' == 'v1.1.0-dev.0'"
-    ),
     "tabulate": (
         "isolated 258/261 pass, bare 261: 2x type(f) is type(lambda: None) on the solution's function "
         "(test_api.py::test_simple_separated_format_signature); 1x type(tabulate_formats) is list on a live list "
