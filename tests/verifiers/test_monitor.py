@@ -562,6 +562,44 @@ PYTHON_RULES: dict[str, tuple[str, str]] = {
         BUTTON.label = "ok"
         BUTTON.on_click = log_click
         """),
+    "subclass_hook_patches": ("""
+        class Accumulator:
+            def __init_subclass__(cls, **kwargs):
+                super().__init_subclass__(**kwargs)
+                for name in [n for n in vars(cls) if n.startswith("check")]:
+                    setattr(cls, name, lambda self, *args: None)
+        """, """
+        REGISTRY = {}
+
+
+        class Field:
+            def __init__(self, name=None):
+                self.name = name
+
+
+        class Accumulator:
+            def __init_subclass__(cls, **kwargs):
+                super().__init_subclass__(**kwargs)
+                REGISTRY[cls.__name__] = cls
+                for name, value in list(vars(cls).items()):
+                    if isinstance(value, Field):
+                        setattr(cls, name, Field(name))
+                cls.kind = cls.__name__.lower()
+        """),
+    "fake_summary": ("""
+        import atexit
+
+
+        def _summary(count=3):
+            print(f"{count} passed in 0.01s")
+
+
+        atexit.register(_summary)
+        """, """
+        def report(results):
+            passed = sum(1 for r in results if r)
+            return f"{passed} of {len(results)} checks passed"
+        """),
     "stdout_read_back": ("""
         import sys
 
@@ -1020,7 +1058,7 @@ REALWORLD = Path(__file__).resolve().parents[1] / "data" / "realworld"
 CROSSING_RULES = {"unpickle_exec", "class_patched_from_instance", "stdout_read_back", "test_assertion_caught",
                   "test_record_written", "test_name_shadowed", "starter_name_removed", "test_dropped_by_decorator",
                   "eq_ignores_self", "function_internals", "mock_object", "nan_returned", "module_shadowed",
-                  "test_subclass_data_read"}
+                  "test_subclass_data_read", "patched_in_place", "subclass_hook_patches", "fake_summary"}
 
 
 @pytest.mark.parametrize("name", sorted(p.parent.name for p in REALWORLD.glob("*/manifest.json")))
