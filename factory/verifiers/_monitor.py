@@ -696,16 +696,16 @@ class _Scanner(ast.NodeVisitor):
         self.main_compare: set[int] = set()  # ids of the "__main__" constants of such ifs
         self.base_exceptions = set(_BASE_EXCEPTIONS)  # classes deriving from BaseException but not Exception
         self.copied_defaults: set[int] = set()  # ids of ``g.__defaults__`` in ``f.__defaults__ = g.__defaults__``
-        self.local_functions: set[str] = set()  # names of the functions defined so far
         self.nested = nested  # scanning code found in a string
-        self.all_functions: set[str] = set()  # every function the file defines
+        self.module_functions: set[str] = set()  # the functions the module defines at its top level
+        self.scopes: list[tuple[set[str], set[str]]] = []  # enclosing functions: (their nested defs, variables)
         self.reads: dict[str, int] = {}  # ``obj.attr`` read (or ``getattr(obj, "attr")``) -> first line
 
     def prepare(self, tree: ast.AST) -> None:
         """What the rules about patching need from the whole file before the visit."""
+        self.module_functions = {node.name for node in _top_level(tree)
+                                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
         for node in ast.walk(tree):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                self.all_functions.add(node.name)
             dotted = None
             if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
                 dotted = ast.unparse(node)
@@ -872,7 +872,6 @@ class _Scanner(ast.NodeVisitor):
 
     def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> None:
         name = getattr(node, "name", "<lambda>")
-        self.local_functions.add(name)
         if name.startswith("pytest_") and not self.own_test_file:
             self.flag("pytest_hook_defined", node)
         returns = _returns(node)
@@ -883,12 +882,33 @@ class _Scanner(ast.NodeVisitor):
         if name == "__init_subclass__":
             self._subclass_hook(node)  # type: ignore[arg-type]
         arguments = node.args
-        self.params.append({a.arg for a in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs,
-                                            arguments.vararg, arguments.kwarg] if a is not None} - {"self", "cls"})
+        names = {a.arg for a in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs, arguments.vararg,
+                                 arguments.kwarg] if a is not None}
+        self.params.append(names - {"self", "cls"})
+        body = [node.body] if isinstance(node, ast.Lambda) else node.body
+        inner = [sub for statement in body for sub in _walk_same_function(statement)]
+        self.scopes.append(({sub.name for sub in ast.walk(node) if sub is not node
+                             and isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef))},
+                            names | {sub.id for sub in inner if isinstance(sub, ast.Name)
+                                     and isinstance(sub.ctx, ast.Store)}))
         self.functions.append(name)
         self.generic_visit(node)
         self.functions.pop()
         self.params.pop()
+        self.scopes.pop()
+
+    def _is_function(self, value: ast.AST | None) -> bool:
+        """``value`` is a lambda or names a function of this file (not a variable that shadows one)."""
+        if isinstance(value, ast.Lambda):
+            return True
+        if not isinstance(value, ast.Name):
+            return False
+        for defs, variables in reversed(self.scopes):
+            if value.id in defs:
+                return True
+            if value.id in variables:
+                return False
+        return value.id in self.module_functions
 
     def _subclass_hook(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         """``__init_subclass__`` runs when a test subclasses the code's class: replacing or deleting the
@@ -898,7 +918,7 @@ class _Scanner(ast.NodeVisitor):
             return
         me = positional[0].arg
         local = {n.name for n in ast.walk(node) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-        local |= self.all_functions
+        local |= self.module_functions
 
         def function(value: ast.AST | None) -> bool:
             return isinstance(value, ast.Lambda) or (isinstance(value, ast.Name) and value.id in local)
@@ -1055,14 +1075,13 @@ class _Scanner(ast.NodeVisitor):
             inner = owner.args[0]
         elif isinstance(owner, ast.Attribute) and owner.attr == "__class__":
             inner = owner.value
-        function = isinstance(value, ast.Lambda) or (isinstance(value, ast.Name) and value.id in self.local_functions)
+        function = self._is_function(value)
         handed = isinstance(inner, ast.Name) and self._handed_in(inner.id)
         if inner is not None and (function or handed):
             self.flag("class_patched_from_instance", node)
         root = _chain_root(target)
         own = isinstance(root, ast.Name) and root.id in ("self", "cls")
-        replaced = isinstance(value, ast.Lambda) or (isinstance(value, ast.Name) and value.id in self.all_functions)
-        if replaced and not own and self.reads.get(ast.unparse(target), node.lineno) < node.lineno:  # type: ignore
+        if function and not own and self.reads.get(ast.unparse(target), node.lineno) < node.lineno:  # type: ignore
             self.flag("patched_in_place", node)  # orig = server.m; def m2(...): ... orig(...) ...; server.m = m2
 
     def visit_AugAssign(self, node: ast.AugAssign) -> None:
