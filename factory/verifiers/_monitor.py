@@ -911,8 +911,9 @@ class _Scanner(ast.NodeVisitor):
         return value.id in self.module_functions
 
     def _subclass_hook(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
-        """``__init_subclass__`` runs when a test subclasses the code's class: replacing or deleting the
-        subclass's members there (``cls.check = lambda *a: None``, ``delattr(cls, name)``) neuters the test's."""
+        """``__init_subclass__`` runs when a test subclasses the code's class: replacing (other than dunders) or
+        deleting the subclass's members there (``cls.check = lambda *a: None``, ``delattr(cls, name)``) neuters
+        the test's."""
         positional = [*node.args.posonlyargs, *node.args.args]
         if not positional:
             return
@@ -925,9 +926,9 @@ class _Scanner(ast.NodeVisitor):
 
         for sub in ast.walk(node):
             on_class = None
-            if isinstance(sub, ast.Assign):
+            if isinstance(sub, ast.Assign):  # a protocol's own dunders (cls.__init__ = ...) are the class's business
                 on_class = [t for t in sub.targets if isinstance(t, ast.Attribute) and _uses(t.value, me)
-                            and function(sub.value)]
+                            and function(sub.value) and not t.attr.startswith("__")]
             elif isinstance(sub, ast.Delete):
                 on_class = [t for t in sub.targets if isinstance(t, ast.Attribute) and _uses(t.value, me)]
             elif isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and sub.args and _uses(sub.args[0], me):
