@@ -94,6 +94,30 @@ def test_two_sandboxes_talk_through_a_unix_socket_in_the_shared_dir(tmp_path, ba
     assert stat.S_ISSOCK((shared / "echo.sock").lstat().st_mode)  # the host sees it too
 
 
+@pytest.mark.parametrize("backend", ["bwrap", DOCKER])
+def test_a_folder_of_one_sandboxs_shared_dir_is_anothers_whole_shared_dir_at_the_same_path(tmp_path, backend):
+    outer = tmp_path / "outer"
+    (outer / "run").mkdir(parents=True)
+    (outer / "private.txt").write_text("not for the inner sandbox")
+    for folder in (outer, outer / "run"):
+        folder.chmod(0o1777)
+
+    async def body():
+        async with create_sandbox(backend, SandboxSpec(limits=LIMITS, shared_dir=str(outer))) as wide, \
+                create_sandbox(backend, SandboxSpec(limits=LIMITS, shared_dir=str(outer / "run"),
+                                                    shared_mount="/shared/run")) as narrow:
+            assert narrow.shared_path == "/shared/run"
+            wrote = await narrow.exec("echo from-narrow > /shared/run/note.txt; ls -a /shared")
+            read = await wide.exec("cat /shared/run/note.txt")
+            peek = await narrow.exec("cat /shared/private.txt")
+            return wrote, read, peek
+
+    wrote, read, peek = run(body())
+    assert wrote.ok and wrote.stdout.split() == [".", "..", "run"], wrote.describe()  # its parent: ours, empty
+    assert read.stdout == "from-narrow\n", read.describe()
+    assert not peek.ok  # the rest of the wide sandbox's shared directory is not there
+
+
 def test_none_uses_the_shared_dir_in_place(tmp_path):
     spec = SandboxSpec(limits=LIMITS, shared_dir=str(tmp_path))
 
