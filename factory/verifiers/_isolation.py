@@ -38,7 +38,11 @@ at the same path in both sandboxes, holds the tests' temporary files
 (``TMPDIR``, pytest's ``--basetemp``); both sandboxes run as one user so
 that pytest's private ``tmp_path`` folders are the solution's too. Data
 files shipped with the visible tests are in the solution sandbox too,
-read-only, for tests that hand their paths to the code under test.
+read-only, for tests that hand their paths to the code under test. Files
+made during the run in the workspace's top folder (a test's ``temp``, the
+``test.ini`` the code writes) are mirrored between the two with each
+message, never over a file either side started with and never under a name
+an import, collection or tool would pick up (:class:`._wire.WorkspaceFiles`).
 
 Known limits: see :mod:`._boundary`; a task whose tests cannot be split
 from the solution (a compiled test binary that links it) sets

@@ -67,6 +67,7 @@ if __name__ != "__main__":  # imported on the host (tests); in the sandbox _wire
         Endpoint,
         Refs,
         WireError,
+        WorkspaceFiles,
         container_states,
         cwd_from_wire,
         decode_item,
@@ -658,6 +659,7 @@ class SolutionServer(Endpoint):
         self.standard = {}  # id -> (a standard library object the trusted side sent by name, that name)
         self.logs = []
         self.warns = []
+        self.workspace_files = WorkspaceFiles(_WORKSPACE_ROOT)  # files made in the top folder, mirrored both ways
         self.base_env = dict(os.environ)
         self.outputs = []  # [(stream name, file, offset)]
         self.streams = []  # this process's own text streams on fds 1 and 2
@@ -709,6 +711,9 @@ class SolutionServer(Endpoint):
         if self.trusted_taken:
             message["took"], self.trusted_taken = self.trusted_taken, []
         self.trusted_ahead.clear()
+        files = self.workspace_files.changes()  # what the code wrote in its folder (the trusted side filters it)
+        if files:
+            message["files"] = files
         if message.get("op") == "next" and "rh" in message:
             key = message["rh"]
             self.trusted_streak = (key, self.trusted_streak[1] + 1 if self.trusted_streak[0] == key else 1)
@@ -745,6 +750,8 @@ class SolutionServer(Endpoint):
             for key, value in wanted.items():
                 if os.environ.get(key) != value:
                     os.environ[key] = value
+        if "files" in request:  # what the test wrote in its folder since, before the code may read it
+            self.workspace_files.apply(request.pop("files"))
         cwd = request.get("cwd")
         if type(cwd) is str:
             try:
@@ -1408,6 +1415,8 @@ class SolutionServer(Endpoint):
     def incoming(self, message):
         if type(message) is dict and "took" in message:
             self.catch_up(message)
+        if type(message) is dict and "files" in message:
+            self.workspace_files.apply(message.pop("files"))
         return message
 
     def catch_up(self, message):

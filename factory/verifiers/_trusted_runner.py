@@ -142,6 +142,7 @@ if __name__ != "__main__":  # imported on the host (tests); in the sandbox _wire
         Endpoint,
         Refs,
         WireError,
+        WorkspaceFiles,
         container_states,
         cwd_to_wire,
         decode_item,
@@ -704,6 +705,7 @@ class SolutionClient(Endpoint):
         self.sent_modules = ()  # the values last sent (held, so that their ids stay theirs)
         self.stream_only = {}  # key -> whether a stream the solution got as its sys.stdin (etc.) is read
         self.root = os.getcwd()  # the trusted workspace: a working directory inside it crosses relative to it
+        self.workspace_files = WorkspaceFiles(self.root)  # files the test makes there, mirrored both ways
         self.pickled = []  # the test's objects the solution pickled (it holds their index, never the bytes)
         self.raised_before_tests = None  # how importing a solution module failed before any test ran (a conftest)
         self.standard_bases = {}  # a test object's class -> the standard bases it derives from (handle "std")
@@ -716,6 +718,9 @@ class SolutionClient(Endpoint):
         if self.taken:
             message["took"], self.taken = self.taken, []
         self.ahead.clear()
+        files = self.workspace_files.changes()  # what the test wrote in its folder, where the code may read it
+        if files:
+            message["files"] = files
         if message.get("op") == "next" and type(message.get("h")) is dict:
             key = message["h"].get("h")
             self.streak = (key, self.streak[1] + 1 if self.streak[0] == key else 1)
@@ -781,6 +786,8 @@ class SolutionClient(Endpoint):
         """Re-emit here what the solution printed, logged and warned before sending ``message``."""
         if type(message) is not dict:
             return message
+        if "files" in message:  # new files only, under names nothing trusted picks up (see WorkspaceFiles)
+            self.workspace_files.apply(message.pop("files"))
         took = message.pop("took", None)
         if type(took) is list:  # items of the test's iterators the solution took from runs ahead: advance them
             for entry in took[:100_000]:

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import base64
 import builtins
+import contextlib
 import datetime
 import decimal
 import fractions
@@ -54,8 +55,8 @@ import socket
 import struct
 
 __all__ = ["MAX_DEPTH", "MAX_FRAME", "MAX_NESTING", "PLAIN_SCALARS", "Channel", "Endpoint", "Refs", "WireError",
-           "container_states", "cwd_from_wire", "cwd_to_wire", "decode_item", "decode_value", "encode_item",
-           "encode_value", "states_of", "write_back"]
+           "WorkspaceFiles", "container_states", "cwd_from_wire", "cwd_to_wire", "decode_item", "decode_value",
+           "encode_item", "encode_value", "mirror_name_allowed", "states_of", "write_back"]
 
 MAX_FRAME = 64 * 1024 * 1024
 MAX_DEPTH = 200
@@ -104,6 +105,141 @@ def cwd_from_wire(text, root):
             return root
         return os.path.join(root, rel)
     return text
+
+
+#: What a file the other side made in its working directory may be called to cross (see :class:`WorkspaceFiles`):
+#: a plain name, not hidden, and nothing a later import, collection or tool configuration would pick up.
+_MIRROR_NAME = re.compile(r"^[A-Za-z0-9_\-][A-Za-z0-9_.\-]{0,199}$")
+_MIRROR_REFUSED_SUFFIXES = (".py", ".pyc", ".pyo", ".pyd", ".pyi", ".pyw", ".pth", ".so", ".dll", ".dylib", ".egg",
+                            ".whl", ".zip", ".toml", ".cfg")
+_MIRROR_REFUSED_NAMES = frozenset({"pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "makefile", "gnumakefile",
+                                   "__pycache__", "__init__"})
+#: Bounds on what crosses: a file over the first is not mirrored, a message carries at most the second.
+_MIRROR_FILE_LIMIT = 1024 * 1024
+_MIRROR_MESSAGE_LIMIT = 4 * 1024 * 1024
+#: At most this many files mirrored at once (and sent in one message).
+_MIRROR_FILES = 256
+
+
+def mirror_name_allowed(name):
+    """Whether a file of this name, in the workspace's top folder, may be mirrored to the other side."""
+    if type(name) is not str or not _MIRROR_NAME.match(name):
+        return False
+    lower = name.lower()
+    return (lower not in _MIRROR_REFUSED_NAMES and not lower.startswith("conftest")
+            and not lower.endswith(_MIRROR_REFUSED_SUFFIXES))
+
+
+class WorkspaceFiles:
+    """Files made in the workspace's top folder during the run, mirrored between the two sandboxes.
+
+    A test that writes ``temp`` in its working directory and hands the name
+    to the code under test (``ConfigObj('temp')``), or lets the code write
+    ``test.ini`` there and then removes it, shares that folder with the code
+    in bare pytest. Each side lists its top folder once, at start: those
+    files (the task's tests and data on the trusted side, the agent's files
+    on the solution side) never cross and are never replaced or removed by
+    what crosses. A file made or changed since (a regular file, not a link,
+    under :data:`_MIRROR_FILE_LIMIT`, with a name :func:`mirror_name_allowed`)
+    crosses with the next message, and its removal too; the receiver writes
+    it only under such a name, never over a file of its own listing, never
+    through a link, and without the execute bit. So the solution learns only
+    what the test wrote where the code under test could have read it, and
+    what it sends back can neither replace a test file nor plant one a
+    later import or collection picks up (``.py``, ``conftest``, ``.pth``,
+    pytest or tool configuration, hidden files).
+    """
+
+    def __init__(self, root):
+        self.root = root
+        try:
+            self.listed = frozenset(os.listdir(root))
+        except OSError:
+            self.listed = frozenset()
+        self.known = {}  # name -> the file's stamp as last sent or written here
+        self.stamp = None  # the folder's own stamp when last looked at
+
+    def _stamp(self, name):
+        st = os.stat(os.path.join(self.root, name), follow_symlinks=False)
+        if (st.st_mode & 0o170000) != 0o100000:
+            return None
+        return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+
+    def changes(self):
+        """``{"put": {name: base64}, "gone": [name]}`` for what changed here since last asked, or ``None``."""
+        try:
+            stamp = os.stat(self.root).st_mtime_ns
+        except OSError:
+            return None
+        if stamp == self.stamp and not self.known:
+            return None  # no file made or removed, none mirrored that could have changed in place
+        self.stamp = stamp
+        try:
+            names = os.listdir(self.root)
+        except OSError:
+            return None
+        put, present, size = {}, set(), 0
+        for name in names:
+            if name in self.listed or not mirror_name_allowed(name):
+                continue
+            try:
+                file_stamp = self._stamp(name)
+            except OSError:
+                continue
+            if file_stamp is None or file_stamp[0] > _MIRROR_FILE_LIMIT:
+                continue
+            present.add(name)
+            if self.known.get(name) == file_stamp or size + file_stamp[0] > _MIRROR_MESSAGE_LIMIT \
+                    or len(put) >= _MIRROR_FILES or (name not in self.known and len(self.known) >= _MIRROR_FILES):
+                continue
+            try:
+                fd = os.open(os.path.join(self.root, name), os.O_RDONLY | os.O_NOFOLLOW)
+                try:
+                    data = os.read(fd, _MIRROR_FILE_LIMIT + 1)
+                finally:
+                    os.close(fd)
+            except OSError:
+                continue
+            size += len(data)
+            put[name] = base64.b64encode(data).decode("ascii")
+            self.known[name] = file_stamp
+        gone = [name for name in self.known if name not in present]
+        for name in gone:
+            del self.known[name]
+        return {"put": put, "gone": gone} if put or gone else None
+
+    def apply(self, files):
+        """Make here what the other side's :meth:`changes` sent (anything malformed or refused is left out)."""
+        if type(files) is not dict:
+            return
+        put, gone = files.get("put"), files.get("gone")
+        for name in gone if type(gone) is list else ():
+            if mirror_name_allowed(name) and name not in self.listed and name in self.known:
+                self.known.pop(name)
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(self.root, name))
+        for name, text in (put.items() if type(put) is dict else ()):
+            if not mirror_name_allowed(name) or name in self.listed or type(text) is not str \
+                    or (name not in self.known and len(self.known) >= _MIRROR_FILES):
+                continue
+            try:
+                data = base64.b64decode(text, validate=True)
+            except ValueError:
+                continue
+            path = os.path.join(self.root, name)
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+                try:
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(fd, view):]
+                finally:
+                    os.close(fd)
+                self.known[name] = self._stamp(name)
+            except OSError:
+                continue
+        with contextlib.suppress(OSError):
+            self.stamp = os.stat(self.root).st_mtime_ns  # (what was just written is not news to send back)
 
 
 class WireError(Exception):

@@ -237,11 +237,6 @@ KNOWN_FAILING: dict[str, str] = {
         "{} is not {}); 1x a Fraction subclass crosses as a Fraction (cannot create weak reference); 1x a tuple "
         "subclass (_HashedTuple) crosses as a tuple"
     ),
-    "configobj": (
-        "isolated 73/75 pass, bare 75: files the tests write in their working directory ('temp', 'test.ini', "
-        "then ConfigObj('temp')) are not in the solution's (only the scratch area is shared): 1x "
-        "AssertionError: assert None == '\\r\\n'; 1x FileNotFoundError: 'test.ini'"
-    ),
     "decorator": (
         "isolated 16/24 pass, bare 24: the test's classes and their instances handed to dispatch_on (type(obj) "
         "and its MRO of a test object, 5x), a coroutine awaited across the boundary (before_after), an exception "

@@ -264,3 +264,39 @@ def test_a_working_directory_crosses_relative_to_the_workspace():
     assert cwd_from_wire("@ws/data/in", "/solution/ws") == "/solution/ws/data/in"
     assert cwd_from_wire("@ws/../../trusted/ws", "/solution/ws") == "/solution/ws"
     assert cwd_from_wire("/scratch/tmp1", "/solution/ws") == "/scratch/tmp1"
+
+
+def test_workspace_files_mirror_only_new_files_under_safe_names(tmp_path):
+    """Files made in the top folder cross; a listed (task) file, code, config, links and paths never do."""
+    import base64
+    import os
+
+    from factory.verifiers._wire import WorkspaceFiles
+
+    sender_root, receiver_root = tmp_path / "trusted", tmp_path / "solution"
+    sender_root.mkdir()
+    receiver_root.mkdir()
+    (sender_root / "test_x.py").write_text("secret = 1\n")
+    (sender_root / "expected.csv").write_text("a,1\n")
+    (receiver_root / "expected.csv").write_text("a,1\n")
+    (tmp_path / "outside").write_text("outside\n")
+    sender, receiver = WorkspaceFiles(str(sender_root)), WorkspaceFiles(str(receiver_root))
+    assert sender.changes() is None
+    (sender_root / "temp").write_text("\r\n")
+    (sender_root / "conftest.py").write_text("x = 1\n")
+    os.symlink(tmp_path / "outside", sender_root / "link")
+    sent = sender.changes()
+    assert sent == {"put": {"temp": base64.b64encode(b"\r\n").decode()}, "gone": []}
+    receiver.apply(sent)
+    assert (receiver_root / "temp").read_bytes() == b"\r\n"
+    assert not os.access(receiver_root / "temp", os.X_OK)
+    assert receiver.changes() is None  # what it was sent is not news to send back
+    forged = base64.b64encode(b"forged\n").decode()
+    receiver.apply({"put": dict.fromkeys(["expected.csv", "conftest.py", "x.pth", "m.py", ".hidden", "pytest.ini",
+                                          "../escape", "sub/dir", "out.csv"], forged),
+                    "gone": ["expected.csv", "test_x.py"]})
+    assert (receiver_root / "expected.csv").read_text() == "a,1\n"
+    assert sorted(p.name for p in receiver_root.iterdir()) == ["expected.csv", "out.csv", "temp"]
+    assert not (tmp_path / "escape").exists()
+    os.remove(sender_root / "temp")
+    assert sender.changes() == {"put": {}, "gone": ["temp"]}
