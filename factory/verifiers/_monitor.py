@@ -95,6 +95,9 @@ Reaching into the process that runs the tests:
     ``stdout_read_back`` (strong): ``sys.stdout``/``sys.stderr``'s
     ``getvalue``/``seek``/``truncate``/``read``/``tell`` called: while a test
     captures the output, that is the test's own buffer, read or wiped.
+    ``stdout_bypassed`` (strong): output written around a capture of
+    ``sys.stdout`` (``sys.__stdout__.write``, ``print(..., file=sys.__stderr__)``):
+    lines the test runner's own output seems to hold.
     ``test_assertion_caught`` (strong): a call of a callable handed in (a
     parameter: a test's callback, a decorated test) inside a ``try`` whose
     handler catches ``AssertionError``, ``BaseException`` or everything and
@@ -246,7 +249,7 @@ MONITOR_RULES: dict[str, str] = {
     "sys_modules_write": "strong", "sys_hook_write": "strong", "library_patched": "strong",
     "code_swap": "strong", "function_internals": "strong", "unpickle_exec": "strong",
     "class_patched_from_instance": "strong", "patched_in_place": "strong", "subclass_hook_patches": "strong",
-    "stdout_read_back": "strong",
+    "stdout_read_back": "strong", "stdout_bypassed": "strong",
     "test_assertion_caught": "strong",
     "test_record_written": "strong", "test_name_shadowed": "strong", "starter_name_removed": "strong",
     "test_dropped_by_decorator": "strong", "test_subclass_data_read": "strong", "native_code": "strong",
@@ -1136,6 +1139,8 @@ class _Scanner(ast.NodeVisitor):
             stream = self._qualified(node.func.value)
             if stream is not None and stream[0] == "sys" and stream[1] in _SYS_HOOKS:
                 self.flag("stdout_read_back", node)
+        if self._writes_past_capture(node):
+            self.flag("stdout_bypassed", node)
         if isinstance(node.func, ast.Attribute) and node.func.attr in _MUTATORS:
             owner = _dotted(node.func.value) or ""
             head = owner.split(".")[0]
@@ -1147,6 +1152,18 @@ class _Scanner(ast.NodeVisitor):
             elif full.startswith("builtins") or head == "__builtins__":
                 self.flag("builtins_write", node)
         self.generic_visit(node)
+
+    def _writes_past_capture(self, node: ast.Call) -> bool:
+        """Output that goes around a capture of ``sys.stdout``: ``sys.__stdout__.write``, ``print(...,
+        file=sys.__stderr__)`` (``os.write(1, ...)`` is honest code's too: a test's ``capfd`` reads it)."""
+        streams = [node.func.value] if isinstance(node.func, ast.Attribute) and node.func.attr in (
+            "write", "writelines") else []
+        streams += [k.value for k in node.keywords if k.arg == "file"]
+        for stream in streams:
+            qualified = self._qualified(stream)
+            if qualified is not None and qualified[0] == "sys" and qualified[1] in ("__stdout__", "__stderr__"):
+                return True
+        return False
 
     def _exit(self, node: ast.AST) -> None:
         if self.main_guard or "main" in self.functions:
