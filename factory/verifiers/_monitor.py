@@ -70,12 +70,13 @@ Reaching into the process that runs the tests:
     ``type(imported(...)).attr`` assigned.
     ``code_swap`` (strong): a function's ``__code__`` assigned.
     ``function_internals`` (strong): a function's ``__globals__`` or
-    ``__closure__``, or a closure cell's ``cell_contents``, read (by attribute
-    or by name in a string: ``getattr(f, "__globals__")``); its
-    ``__defaults__``/``__kwdefaults__`` read other than to copy them onto a
-    wrapper; its ``__wrapped__`` called: the way from a callable the tests
-    hand over (a key function, a decorated test) to the test module's names
-    and values, or past the test's own wrapper (a counting one).
+    ``__closure__``, or a closure cell's ``cell_contents``, read (by attribute,
+    ``getattr(f, "__globals__")`` or a dotted path in a string); a test's
+    ``__defaults__``/``__kwdefaults__`` read by a decorator the tests apply
+    (other than to copy them onto its wrapper); the ``__wrapped__`` of a
+    callable handed in called: the way from a callable the tests hand over
+    (a key function, a decorated test) to the test module's names and
+    values, or past the test's own wrapper (a counting one).
     ``unpickle_exec`` (strong): ``__reduce__``/``__reduce_ex__`` returning a
     reduction whose callable runs code (``eval``, ``exec``, ``os.system``…):
     whoever unpickles the object (the tests' process) runs it.
@@ -100,9 +101,12 @@ Reaching into the process that runs the tests:
     lines the test runner's own output seems to hold.
     ``test_assertion_caught`` (strong): a call of a callable handed in (a
     parameter: a test's callback, a decorated test) inside a ``try`` whose
-    handler catches ``AssertionError``, ``BaseException`` or everything and
-    does not re-raise: a failing test made to pass, or the assertion's
-    message (which names the expected value) read.
+    handler catches ``AssertionError`` and never re-raises, or reads it
+    without re-raising at its top level; or, in a decorator the tests put on
+    their tests, catches ``Exception``, ``BaseException`` or everything and
+    never re-raises: a failing test made to pass, or the assertion's message
+    (which names the expected value) read. A retry that re-raises at its
+    last attempt is honest.
     ``test_subclass_data_read`` (strong): data a test's subclass of the
     code's class holds (``class Squares(Accumulator): _expected = 14``),
     named by neither the prompt nor the starter files and never set by the
