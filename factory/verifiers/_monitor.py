@@ -1274,12 +1274,14 @@ class _Scanner(ast.NodeVisitor):
 
     def _code_in_string(self, value: str, node: ast.AST) -> None:
         """Code held in a string (for ``exec``, a reduction, a file written later) is scanned as code."""
+        if len(value) > 200_000:
+            return
         try:
             tree = ast.parse(value.strip("\n").replace("\t", "    "))
-        except (SyntaxError, ValueError):
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
             try:
                 tree = ast.parse(textwrap.dedent(value))
-            except (SyntaxError, ValueError):
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
                 return
         if not any(isinstance(statement, (ast.Import, ast.ImportFrom, ast.Assign, ast.AugAssign, ast.Delete,
                                           ast.FunctionDef, ast.ClassDef, ast.Expr)) and not (
