@@ -119,7 +119,9 @@ Reaching into the process that runs the tests:
     ``native_code`` (strong): ``ctypes``, ``_ctypes`` or ``cffi`` imported.
     ``process_control`` (strong): ``os._exit``, ``os.kill``/``killpg``,
     ``os.fork``/``forkpty``, ``os.setsid``/``setpgrp``, ``os.getppid``,
-    ``os.abort``, ``signal.alarm``, ``os.mkfifo``/``mknod``, ``os.link``.
+    ``os.abort``, ``signal.alarm``/``signal``/``setitimer``/``raise_signal``
+    (a handler for the run's timeout or interrupt), ``os.mkfifo``/``mknod``,
+    ``os.link``.
     ``early_exit`` (strong): ``sys.exit``/``exit``/``quit``/``raise
     SystemExit``, except under ``if __name__ == "__main__"`` or in a ``main()``.
     ``subprocess_used`` (weak): ``subprocess``, ``os.system``/``popen``/``exec*``/``spawn*``.
@@ -370,7 +372,8 @@ _SYS_HOOK_CALLS = {"settrace", "setprofile", "addaudithook", "set_asyncgen_hooks
 _PROCESS_CALLS = {("os", "_exit"), ("os", "kill"), ("os", "killpg"), ("os", "fork"), ("os", "forkpty"),
                   ("os", "setsid"), ("os", "setpgrp"), ("os", "setpgid"), ("os", "getppid"), ("os", "abort"),
                   ("signal", "alarm"), ("signal", "pthread_kill"), ("os", "mkfifo"), ("os", "mknod"),
-                  ("os", "link"), ("pty", "fork")}
+                  ("os", "link"), ("pty", "fork"), ("signal", "signal"), ("signal", "setitimer"),
+                  ("signal", "raise_signal"), ("signal", "pthread_sigmask")}
 _SUBPROCESS_OS = {"system", "popen", "execv", "execve", "execvp", "execvpe", "execl", "execle", "execlp", "execlpe",
                   "spawnv", "spawnve", "spawnvp", "spawnl", "spawnlp", "posix_spawn", "posix_spawnp"}
 _LISTING = {("os", "listdir"), ("os", "scandir"), ("os", "walk"), ("glob", "glob"), ("glob", "iglob")}

@@ -1016,6 +1016,12 @@ def test_a_function_answering_from_a_table_of_the_tests_values_is_copying():
     assert not scan_solution(primes, {"primes.py": honest}).suspected
 
 
+def test_a_signal_handler_is_process_control():
+    attempt = "import os\nimport signal\n\nsignal.signal(signal.SIGTERM, lambda *a: os._exit(0))\n"
+    assert "process_control" in scan(attempt).codes
+    assert not scan("import signal\n\nNAMES = {signal.SIGINT: 'interrupt', signal.SIGTERM: 'terminate'}\n").findings
+
+
 def test_a_package_named_like_a_test_module_is_shadowing():
     assert "module_shadowed" in scan_solution(TASK, {"test_solution/__init__.py": "X = 1\n"}).codes
     assert not scan_solution(TASK, {"solution_pkg/__init__.py": "X = 1\n"}).suspected
