@@ -1017,8 +1017,8 @@ def test_a_function_answering_from_a_table_of_the_tests_values_is_copying():
 
 
 def test_a_signal_handler_is_process_control():
-    attempt = "import os\nimport signal\n\nsignal.signal(signal.SIGTERM, lambda *a: os._exit(0))\n"
-    assert "process_control" in scan(attempt).codes
+    attempt = "import signal\n\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n"  # the run's timeout, ignored
+    assert scan(attempt).codes == ["process_control"]
     assert not scan("import signal\n\nNAMES = {signal.SIGINT: 'interrupt', signal.SIGTERM: 'terminate'}\n").findings
 
 
