@@ -994,6 +994,8 @@ class SolutionClient(Endpoint):
                 return True
         except OSError:
             return True
+        if self.workspace_files.changed():  # a file the solution's steps ahead may have read
+            return True
         state = _module_state()
         return len(state) != len(self.sent_modules) or any(
             a[:2] != b[:2] or a[2] is not b[2] for a, b in zip(state, self.sent_modules))

@@ -53,6 +53,7 @@ import pathlib
 import re
 import socket
 import struct
+import time
 
 __all__ = ["MAX_DEPTH", "MAX_FRAME", "MAX_NESTING", "PLAIN_SCALARS", "Channel", "Endpoint", "Refs", "WireError",
            "WorkspaceFiles", "container_states", "cwd_from_wire", "cwd_to_wire", "decode_item", "decode_value",
@@ -117,6 +118,8 @@ _MIRROR_REFUSED_NAMES = frozenset({"pytest.ini", "tox.ini", "setup.cfg", "pyproj
 #: Bounds on what crosses: a file over the first is not mirrored, a message carries at most the second.
 _MIRROR_FILE_LIMIT = 1024 * 1024
 _MIRROR_MESSAGE_LIMIT = 4 * 1024 * 1024
+#: A folder stamp younger than this is looked behind anyway (see :meth:`WorkspaceFiles._settled`).
+_SETTLED_NS = 100_000_000
 #: At most this many files mirrored at once (and sent in one message).
 _MIRROR_FILES = 256
 
@@ -156,8 +159,8 @@ class WorkspaceFiles:
             self.listed = frozenset(os.listdir(root))
         except OSError:
             self.listed = frozenset()
-        self.known = {}  # name -> the file's stamp as last sent or written here
-        self.stamp = None  # the folder's own stamp when last looked at
+        self.known = {}  # name -> (its stamp, hash of its bytes, whether the stamp was settled) as sent or written
+        self.stamp = None  # the folder's own stamp when last looked at (None: look again)
 
     def _stamp(self, name):
         st = os.stat(os.path.join(self.root, name), follow_symlinks=False)
@@ -173,7 +176,7 @@ class WorkspaceFiles:
             return None
         if stamp == self.stamp and not self.known:
             return None  # no file made or removed, none mirrored that could have changed in place
-        self.stamp = stamp
+        self.stamp = self._settled(stamp)
         try:
             names = os.listdir(self.root)
         except OSError:
@@ -189,8 +192,11 @@ class WorkspaceFiles:
             if file_stamp is None or file_stamp[0] > _MIRROR_FILE_LIMIT:
                 continue
             present.add(name)
-            if self.known.get(name) == file_stamp or size + file_stamp[0] > _MIRROR_MESSAGE_LIMIT \
-                    or len(put) >= _MIRROR_FILES or (name not in self.known and len(self.known) >= _MIRROR_FILES):
+            known = self.known.get(name)
+            if known is not None and known[0] == file_stamp and known[2]:
+                continue  # read when its stamp was settled, and unchanged since
+            if size + file_stamp[0] > _MIRROR_MESSAGE_LIMIT or len(put) >= _MIRROR_FILES \
+                    or (known is None and len(self.known) >= _MIRROR_FILES):
                 continue
             try:
                 fd = os.open(os.path.join(self.root, name), os.O_RDONLY | os.O_NOFOLLOW)
@@ -200,9 +206,11 @@ class WorkspaceFiles:
                     os.close(fd)
             except OSError:
                 continue
+            self.known[name] = (file_stamp, hash(data), self._settled(file_stamp[1]) is not None)
+            if known is not None and known[1] == hash(data):
+                continue  # a recent stamp, the same bytes
             size += len(data)
             put[name] = base64.b64encode(data).decode("ascii")
-            self.known[name] = file_stamp
         gone = [name for name in self.known if name not in present]
         for name in gone:
             del self.known[name]
@@ -235,11 +243,25 @@ class WorkspaceFiles:
                         view = view[os.write(fd, view):]
                 finally:
                     os.close(fd)
-                self.known[name] = self._stamp(name)
+                self.known[name] = (self._stamp(name), hash(data), False)  # (re-read once: the test may rewrite it)
             except OSError:
                 continue
-        with contextlib.suppress(OSError):
-            self.stamp = os.stat(self.root).st_mtime_ns  # (what was just written is not news to send back)
+        self.stamp = None  # (what was just written is known: not news to send back)
+
+    @staticmethod
+    def _settled(stamp):
+        """``stamp``, or ``None`` while it is recent: a file system's coarse clock can give a file made a
+        moment later the same stamp, so an unchanged recent stamp does not mean an unchanged folder."""
+        return stamp if time.time_ns() - stamp > _SETTLED_NS else None
+
+    def changed(self):
+        """Whether :meth:`changes` may have news, without taking it (the folder or a mirrored file changed)."""
+        try:
+            if self.stamp is None or os.stat(self.root).st_mtime_ns != self.stamp:
+                return True
+            return any(not settled or self._stamp(name) != stamp for name, (stamp, _, settled) in self.known.items())
+        except OSError:
+            return True
 
 
 class WireError(Exception):
