@@ -66,7 +66,6 @@ if __name__ != "__main__":  # imported on the host (tests); in the sandbox _wire
     from factory.verifiers._wire import (
         Endpoint,
         Refs,
-        Shared,
         WireError,
         WorkspaceFiles,
         container_states,
@@ -674,7 +673,6 @@ class SolutionServer(Endpoint):
         self.trusted_ahead = {}  # key of a test's iterator -> items the trusted side produced ahead from a copy
         self.trusted_taken = []  # [[key, count]] taken from them since the last message, in order
         self.trusted_streak = (None, 0)
-        self.shared = Shared(owner=False)  # the test's containers this side holds (synced at every message)
         _SERVER[:] = [self]
 
     def exchange(self, request):
@@ -716,10 +714,6 @@ class SolutionServer(Endpoint):
         files = self.workspace_files.changes()  # what the code wrote in its folder (the trusted side filters it)
         if files:
             message["files"] = files
-        if self.shared.objects:  # what the code changed in the test's containers it holds
-            states = self.shared.changes(self.encode)
-            if states:
-                message["shs"] = states
         if message.get("op") == "next" and "rh" in message:
             key = message["rh"]
             self.trusted_streak = (key, self.trusted_streak[1] + 1 if self.trusted_streak[0] == key else 1)
@@ -1114,11 +1108,10 @@ class SolutionServer(Endpoint):
         self.mirror_seen[key] = current
 
     def value(self, data, refs=None):
-        return decode_value(data, self.resolve, refs=refs, objects=self.objects_from, shared=self.shared)
+        return decode_value(data, self.resolve, refs=refs, objects=self.objects_from)
 
     def encode(self, value, refs=None, record=False):
-        return encode_value(value, self.handle_of, refs=refs, record=record, objects=self.objects_of,
-                            shared=self.shared)
+        return encode_value(value, self.handle_of, refs=refs, record=record, objects=self.objects_of)
 
     def encode_exception(self, exc):
         cls = type(exc)
@@ -1362,12 +1355,9 @@ class SolutionServer(Endpoint):
         self.apply_context(request)
         refs = Refs()
         try:
-            if "shs" in request:  # what the test changed in its containers this side holds
-                self.shared.apply(request.pop("shs"), self.value, self.encode)
             result = self.dispatch(request, refs)
             op = request.get("op")
-            test_owned = id(result) in self.shared.keys  # the test's own container: it crosses back as itself
-            if type(result) in _LIVE and not test_owned and (op in ("getattr", "getitem") or (op == "callmethod" and (
+            if type(result) in _LIVE and (op in ("getattr", "getitem") or (op == "callmethod" and (
                     result is self.resolve(request["h"]) or request.get("name") in ("__getitem__", "get",
                                                                                     "setdefault")))):
                 # module state, an object's items (``config["a"].append(x)``): a live handle, not a copy
@@ -1427,8 +1417,6 @@ class SolutionServer(Endpoint):
             self.catch_up(message)
         if type(message) is dict and "files" in message:
             self.workspace_files.apply(message.pop("files"))
-        if type(message) is dict and "shs" in message:
-            self.shared.apply(message.pop("shs"), self.value, self.encode)
         return message
 
     def catch_up(self, message):

@@ -141,7 +141,6 @@ if __name__ != "__main__":  # imported on the host (tests); in the sandbox _wire
         Channel,
         Endpoint,
         Refs,
-        Shared,
         WireError,
         WorkspaceFiles,
         container_states,
@@ -710,7 +709,6 @@ class SolutionClient(Endpoint):
         self.pickled = []  # the test's objects the solution pickled (it holds their index, never the bytes)
         self.raised_before_tests = None  # how importing a solution module failed before any test ran (a conftest)
         self.standard_bases = {}  # a test object's class -> the standard bases it derives from (handle "std")
-        self.shared = Shared(owner=True)  # the test's containers the solution holds (synced at every message)
 
     # ------------------------------------------------------------ protocol
 
@@ -723,10 +721,6 @@ class SolutionClient(Endpoint):
         files = self.workspace_files.changes()  # what the test wrote in its folder, where the code may read it
         if files:
             message["files"] = files
-        if self.shared.objects:  # what the test changed in containers the solution holds
-            states = self.shared.changes(self.encode)
-            if states:
-                message["shs"] = states
         if message.get("op") == "next" and type(message.get("h")) is dict:
             key = message["h"].get("h")
             self.streak = (key, self.streak[1] + 1 if self.streak[0] == key else 1)
@@ -794,8 +788,6 @@ class SolutionClient(Endpoint):
             return message
         if "files" in message:  # new files only, under names nothing trusted picks up (see WorkspaceFiles)
             self.workspace_files.apply(message.pop("files"))
-        if "shs" in message:  # what the solution changed in the test's containers it was handed
-            self.shared.apply(message.pop("shs"), self.decode, self.encode)
         took = message.pop("took", None)
         if type(took) is list:  # items of the test's iterators the solution took from runs ahead: advance them
             for entry in took[:100_000]:
@@ -1004,18 +996,15 @@ class SolutionClient(Endpoint):
             return True
         if self.workspace_files.changed():  # a file the solution's steps ahead may have read
             return True
-        if self.shared.changed(self.encode):
-            return True  # a test's container the solution holds: its steps ahead may have read the old contents
         state = _module_state()
         return len(state) != len(self.sent_modules) or any(
             a[:2] != b[:2] or a[2] is not b[2] for a, b in zip(state, self.sent_modules))
 
     def decode(self, data, refs=None):
-        return decode_value(data, self.proxy, refs=refs, objects=self.objects_from, shared=self.shared)
+        return decode_value(data, self.proxy, refs=refs, objects=self.objects_from)
 
     def encode(self, value, refs=None, record=False):
-        return encode_value(value, self.handle_of, refs=refs, record=record, objects=self.objects_of,
-                            shared=self.shared)
+        return encode_value(value, self.handle_of, refs=refs, record=record, objects=self.objects_of)
 
     def objects_of(self, value, nested):
         """The test's values the solution gets as its own: snapshots go home, namedtuples and builtins rebuilt."""
@@ -1349,11 +1338,7 @@ class SolutionClient(Endpoint):
                 # a container inside the test's object (a defaultdict's list): the solution changes this one
                 reply = {"ok": self.handle_of(result)}
             else:
-                self.shared.making = request.get("op") == "call"  # what a test's function returns: it may be kept
-                try:
-                    reply = {"ok": self.encode(result, refs)}
-                finally:
-                    self.shared.making = False
+                reply = {"ok": self.encode(result, refs)}
         except BoundaryError as exc:
             self.pending = self.pending or exc
             reply = {"exc": {"type": "TypeError", "message": f"boundary: {exc}"}}

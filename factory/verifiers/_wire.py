@@ -25,11 +25,7 @@ Frames are a 4-byte big-endian length and a UTF-8 JSON body, at most
 - *write-back* markers (``{"m": [index, body]}``, ``{"mr": index}``): the
   mutable containers (list, dict, set, bytearray) passed as arguments of
   one call, numbered so that the callee can send their final state back
-  and the caller can write it into its own objects (see :class:`Refs`);
-- *shared* markers (``{"sm": [key, body]}``, ``{"sr": key}``): the test's
-  containers the solution may keep (a cache dict handed to a decorator),
-  one object on each side for the connection, their changes synced with
-  every message (``"shs"``; see :class:`Shared`).
+  and the caller can write it into its own objects (see :class:`Refs`).
 
 Encoding checks exact types (``type(x) is int``, never ``isinstance``), so
 an ``int`` subclass with a lying ``__eq__`` can only cross as a handle;
@@ -52,7 +48,6 @@ import datetime
 import decimal
 import fractions
 import json
-import operator
 import os
 import pathlib
 import re
@@ -60,9 +55,9 @@ import socket
 import struct
 import time
 
-__all__ = ["MAX_DEPTH", "MAX_FRAME", "MAX_NESTING", "PLAIN_SCALARS", "Channel", "Endpoint", "Refs", "Shared",
-           "WireError", "WorkspaceFiles", "container_states", "cwd_from_wire", "cwd_to_wire", "decode_item",
-           "decode_value", "encode_item", "encode_value", "mirror_name_allowed", "states_of", "write_back"]
+__all__ = ["MAX_DEPTH", "MAX_FRAME", "MAX_NESTING", "PLAIN_SCALARS", "Channel", "Endpoint", "Refs", "WireError",
+           "WorkspaceFiles", "container_states", "cwd_from_wire", "cwd_to_wire", "decode_item", "decode_value",
+           "encode_item", "encode_value", "mirror_name_allowed", "states_of", "write_back"]
 
 MAX_FRAME = 64 * 1024 * 1024
 MAX_DEPTH = 200
@@ -384,7 +379,7 @@ def _ints(body, count):
     return body[:count]
 
 
-def encode_value(value, handle_of, depth=0, refs=None, record=False, objects=None, shared=None):
+def encode_value(value, handle_of, depth=0, refs=None, record=False, objects=None):
     """The tagged JSON form of ``value``.
 
     Args:
@@ -399,9 +394,6 @@ def encode_value(value, handle_of, depth=0, refs=None, record=False, objects=Non
             (the arguments of a call, for write-back).
         objects: Optional ``objects(value, nested)``: a side's own tagged
             form of ``value`` (``nested`` encodes its fields), or None.
-        shared: Optional :class:`Shared`: a container in it is sent as
-            ``{"sr": key}``; on the trusted side a recorded one (or any, while
-            ``shared.making``) joins it as ``{"sm": [key, contents]}``.
     """
     if depth > MAX_DEPTH:
         raise WireError(f"value nested deeper than {MAX_DEPTH}")
@@ -420,18 +412,10 @@ def encode_value(value, handle_of, depth=0, refs=None, record=False, objects=Non
         return {"r": [str(value.start), str(value.stop), str(value.step)]}
 
     def nested(item):
-        return encode_value(item, handle_of, depth + 1, refs, record, objects, shared)
+        return encode_value(item, handle_of, depth + 1, refs, record, objects)
 
     if value is _BUILTINS_NAMESPACE:  # a namespace's __builtins__ (exec() adds it): the receiver's own
         return {"bi": "__dict__"}
-    if shared is not None and kind in _MUTABLE:
-        key = shared.keys.get(id(value))
-        if key is not None:
-            return {"sr": key}
-        if shared.owner and (record or shared.making) and len(value) <= _SHARED_SIZE:
-            key = shared.add(value)
-            state = shared.synced[key] = _encode_container(value, kind, nested)
-            return {"sm": [key, state]}
     if refs is not None and kind in _MUTABLE:
         index = refs.index.get(id(value))
         if index is not None:
@@ -464,7 +448,7 @@ def _encode_container(value, kind, nested):
     return {_CONTAINERS[kind]: [nested(item) for item in value]}
 
 
-def decode_value(data, handle_from, depth=0, refs=None, objects=None, shared=None):
+def decode_value(data, handle_from, depth=0, refs=None, objects=None):
     """Rebuild a value from its tagged form; handles go through ``handle_from``.
 
     Args:
@@ -475,8 +459,6 @@ def decode_value(data, handle_from, depth=0, refs=None, objects=None, shared=Non
             builds, ``{"mr": i}`` is container ``i``.
         objects: Optional ``objects(tag, body, nested)`` for the side's own
             tags (:data:`SIDE_TAGS`); without it they are refused.
-        shared: Optional :class:`Shared`: ``{"sr": key}`` is its container;
-            ``{"sm": ...}`` (only from the trusted side) adds one.
 
     Raises:
         WireError: For anything but the documented tags.
@@ -494,7 +476,7 @@ def decode_value(data, handle_from, depth=0, refs=None, objects=None, shared=Non
     (tag, body), = data.items()
 
     def nested(item):
-        return decode_value(item, handle_from, depth + 1, refs, objects, shared)
+        return decode_value(item, handle_from, depth + 1, refs, objects)
 
     try:
         if tag == "i":
@@ -528,15 +510,6 @@ def decode_value(data, handle_from, depth=0, refs=None, objects=None, shared=Non
             if refs is None or type(body) is not int or not 0 <= body < len(refs.objects):
                 raise WireError("malformed container reference")
             return refs.objects[body]
-        if tag == "sr":
-            if shared is None or type(body) is not int or body not in shared.objects:
-                raise WireError("unknown shared container")
-            return shared.objects[body]
-        if tag == "sm":
-            if shared is None or shared.owner or type(body) is not list or len(body) != 2 \
-                    or type(body[0]) is not int:
-                raise WireError("malformed shared container")
-            return shared.decode_new(body[0], body[1], nested)
         if tag == "sl":
             if type(body) is not list or len(body) != 3:
                 raise WireError("malformed slice")
@@ -610,158 +583,6 @@ def _decode_recorded(body, refs, nested):
             key, value = pair
             container[nested(key)] = nested(value)
     return container
-
-
-#: The containers shared by reference at once (the oldest leave first), and the largest one shared.
-_SHARED_LIMIT = 64
-_SHARED_SIZE = 10_000
-#: Items whose identity says all about them: a shared container holding only these is re-encoded only when one
-#: of its items was put in, replaced or taken out (see :meth:`Shared.changes`).
-_ATOMIC = frozenset({type(None), bool, int, float, complex, str, bytes})
-
-
-class Shared:
-    """The test's containers the solution holds, one plain object on each side, kept equal at every crossing.
-
-    A list, dict, set or bytearray of the test that crosses as a call's argument (or as what a test's function
-    returns to the solution) joins the table under a key the trusted side picks (``{"sm": [key, contents]}``);
-    crossing again, either way, it is ``{"sr": key}``: the same object on each side. Every message carries the
-    states that changed on its sender's side since they were last sent or applied (``"shs"``), written in place
-    on the other. The solution only names keys the trusted side made, so it writes into no container of the
-    test it was not handed, and what it writes is decoded as any reply (plain data, handles). Bounded: the
-    oldest of more than :data:`_SHARED_LIMIT` entries leave (both sides drop the same keys), and a container
-    over :data:`_SHARED_SIZE` items crosses as a copy written back when its call returns.
-    """
-
-    def __init__(self, owner):
-        self.owner = owner  # the trusted side: it makes the entries
-        self.making = False  # (trusted side) any container encoded now joins, not only a call's arguments
-        self.objects = {}  # key -> container
-        self.keys = {}  # id(container) -> key (the table holds the container: its id is not reused)
-        self.synced = {}  # key -> its state as last sent or applied
-        self.items = {}  # key -> its items (held) as last synced, where they are all atomic: the quick check
-        self.next = 0
-
-    def add(self, container, key=None):
-        if key is None:
-            key, self.next = self.next, self.next + 1
-        self.objects[key] = container
-        self.keys[id(container)] = key
-        for old in [k for k in self.objects if k <= key - _SHARED_LIMIT]:
-            self.keys.pop(id(self.objects.pop(old)), None)
-            self.synced.pop(old, None)
-            self.items.pop(old, None)
-        return key
-
-    def _same_items(self, key, container):
-        """Whether ``container`` holds the very items it held when last synced (all atomic then)."""
-        held = self.items.get(key)
-        if held is None:
-            return False
-        items = _items(container)
-        return len(items) == len(held) and all(map(operator.is_, items, held))
-
-    def _synced(self, key, container, state):
-        self.synced[key] = state
-        items = _items(container)
-        if all(type(item) in _ATOMIC for item in items):
-            self.items[key] = items
-        else:
-            self.items.pop(key, None)
-
-    def decode_new(self, key, state, nested):
-        """(solution side) The container the trusted side shared under ``key``, registered before its items."""
-        if key in self.objects:
-            raise WireError("malformed shared container")
-        inner = state if type(state) is dict and len(state) == 1 else None
-        tag = next(iter(inner)) if inner else None
-        if tag not in ("l", "d", "s", "ba"):
-            raise WireError("malformed shared container")
-        if tag == "ba":
-            container = decode_value(state, None)
-            self.add(container, key)
-            return container
-        container = {"l": list, "d": dict, "s": set}[tag]()
-        self.add(container, key)
-        _fill(container, state, nested)
-        self._synced(key, container, state)
-        return container
-
-    def changes(self, encode):
-        """``[[key, state], ...]`` for the containers changed on this side since last synced."""
-        out = []
-        for key, container in list(self.objects.items()):
-            if self._same_items(key, container):
-                continue
-            try:
-                state = _encode_container(container, type(container), encode)
-            except Exception:  # noqa: BLE001 -- an item that cannot cross now: the other side keeps the last state
-                continue
-            if state != self.synced.get(key):
-                out.append([key, state])
-            self._synced(key, container, state)
-        return out
-
-    def changed(self, encode):
-        """Whether :meth:`changes` has news, without taking it."""
-        for key, container in list(self.objects.items()):
-            if self._same_items(key, container):
-                continue
-            try:
-                if _encode_container(container, type(container), encode) != self.synced.get(key):
-                    return True
-            except Exception:  # noqa: BLE001 -- (not sent either)
-                continue
-        return False
-
-    def apply(self, states, decode, encode):
-        """Write the other side's changed states into this side's containers (unknown keys: dropped there)."""
-        if type(states) is not list:
-            raise WireError("malformed shared states")
-        decoded = []
-        for entry in states[:_SHARED_LIMIT]:
-            if type(entry) is not list or len(entry) != 2 or type(entry[0]) is not int:
-                raise WireError("malformed shared states")
-            target = self.objects.get(entry[0])
-            if target is None:
-                continue
-            value = decode(entry[1])
-            if type(value) is not type(target):
-                raise WireError(f"shared state of a {type(value).__name__} for a {type(target).__name__}")
-            decoded.append((entry[0], target, value))
-        for key, target, value in decoded:  # all decoded first: a malformed entry changes nothing
-            if target is not value:
-                if type(target) in (dict, set):
-                    target.clear()
-                    target.update(value)
-                else:
-                    target[:] = value
-            self._synced(key, target, _encode_container(target, type(target), encode))
-
-
-def _items(container):
-    """A shared container's items as a tuple (a dict's keys and values in turn; a bytearray's bytes)."""
-    if type(container) is dict:
-        return tuple(item for pair in container.items() for item in pair)
-    if type(container) is bytearray:
-        return (bytes(container),)
-    return tuple(container)
-
-
-def _fill(container, state, nested):
-    """Fill a new shared ``container`` from its tagged ``state`` (items through ``nested``)."""
-    (tag, items), = state.items()
-    if type(items) is not list:
-        raise WireError("malformed shared container")
-    if tag == "l":
-        container.extend(nested(item) for item in items)
-    elif tag == "s":
-        container.update(nested(item) for item in items)
-    else:
-        for pair in items:
-            if type(pair) is not list or len(pair) != 2:
-                raise WireError("malformed shared container")
-            container[nested(pair[0])] = nested(pair[1])
 
 
 def write_back(refs, states, decode):

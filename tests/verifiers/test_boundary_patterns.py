@@ -897,17 +897,12 @@ def notify(callback):
 """
 
 FORGED_WRITE_BACK = """
-import gc
 import sys
 
 def sort_in_place(items):
     items.sort()
-    forged = [[0, {"d": []}], [7, {"l": [{"i": "1"}]}]]
     main = sys.modules["__main__"]
-    main.states_of = lambda refs, before, nested: forged
-    for obj in gc.get_objects():  # the states of the test's containers this side holds (synced every message)
-        if type(obj).__name__ == "Shared":
-            obj.changes = lambda encode: forged
+    main.states_of = lambda refs, before, nested: [[0, {"d": []}], [7, {"l": [{"i": "1"}]}]]
 """
 
 LYING_VALUES = """

@@ -20,7 +20,6 @@ from factory.verifiers._wire import (
     Channel,
     Endpoint,
     Refs,
-    Shared,
     WireError,
     container_states,
     decode_value,
@@ -218,60 +217,6 @@ def test_recorded_containers_must_be_numbered_in_order():
         decode_value({"m": [3, {"l": []}]}, Handles().handle_from, refs=Refs())
     with pytest.raises(WireError):
         decode_value({"m": [0, {"l": []}]}, Handles().handle_from)
-
-
-def test_shared_containers_stay_one_object_on_each_side_and_sync_both_ways():
-    trusted, solution = Shared(owner=True), Shared(owner=False)
-    handles = Handles()
-
-    def t_encode(item, record=False):
-        return encode_value(item, handles.handle_of, record=record, shared=trusted)
-
-    def t_decode(data):
-        return decode_value(data, handles.handle_from, shared=trusted)
-
-    def s_encode(item):
-        return encode_value(item, handles.handle_of, shared=solution)
-
-    def s_decode(data):
-        return decode_value(data, handles.handle_from, shared=solution)
-
-    cache, inner = {}, [1]
-    kept = s_decode(t_encode([cache, inner, inner], record=True))
-    assert kept[1] is kept[2] and kept[0] == {}
-    kept[0][(3,)] = 9  # a later write of the solution, in a later call
-    trusted.apply(solution.changes(s_encode), t_decode, t_encode)
-    assert cache == {(3,): 9} and solution.changes(s_encode) == []
-    cache.clear()  # the test clears it: the solution's own object follows
-    assert trusted.changed(t_encode) and trusted.changed(t_encode)  # (news, not taken by asking)
-    solution.apply(trusted.changes(t_encode), s_decode, s_encode)
-    assert kept[0] == {} and trusted.changes(t_encode) == []
-    assert t_decode(s_encode(kept[0])) is cache  # crossing back, it is the test's object itself
-    assert s_decode(t_encode(cache)) is kept[0]
-    assert solution.changes(s_encode) == []  # (the quick check: the very items as last synced)
-    kept[1][0] = 5  # an item replaced: seen, though the length is the same
-    trusted.apply(solution.changes(s_encode), t_decode, t_encode)
-    assert inner == [5]
-
-
-@pytest.mark.parametrize("data", [{"sm": [0, {"l": []}]}, {"sr": 7}])
-def test_the_solution_makes_no_shared_entry_and_names_only_the_trusted_sides_keys(data):
-    trusted = Shared(owner=True)
-    with pytest.raises(WireError):
-        decode_value(data, Handles().handle_from, shared=trusted)
-    never_handed = [1]
-    trusted.apply([[key, {"l": []}] for key in range(64)], lambda d: decode_value(d, None, shared=trusted), None)
-    assert never_handed == [1] and not trusted.objects
-
-
-def test_shared_table_is_bounded_and_drops_the_oldest_on_both_sides():
-    trusted, solution = Shared(owner=True), Shared(owner=False)
-    handles = Handles()
-    lists = [[n] for n in range(70)]
-    for item in lists:
-        decode_value(encode_value(item, handles.handle_of, record=True, shared=trusted), handles.handle_from,
-                     shared=solution)
-    assert sorted(trusted.objects) == sorted(solution.objects) == list(range(6, 70))
 
 
 class Echo(Endpoint):
