@@ -382,7 +382,8 @@ class DockerSandbox(Sandbox):
                 self.image, ["cat"], stdin_open=True, init=True, detach=False,
                 network_mode="none", read_only=True, user="0:0", hostname="sandbox", working_dir=_WORKSPACE,
                 cap_drop=["ALL"], cap_add=list(_ROOT_CAPABILITIES),
-                security_opt=["no-new-privileges:true", f"seccomp={docker_seccomp_profile(no_symlinks=self.spec.no_symlinks)}"],
+                security_opt=["no-new-privileges:true",
+                              f"seccomp={docker_seccomp_profile(no_symlinks=self.spec.no_symlinks)}"],
                 pids_limit=limits.max_processes + 4,  # docker-init, cat, the wrapper and timeout
                 mem_limit=f"{memory}m", memswap_limit=f"{memory}m", nano_cpus=1_000_000_000,
                 ulimits=[Ulimit(name="cpu", soft=limits.cpu_seconds, hard=limits.cpu_seconds + 1),

@@ -418,7 +418,8 @@ def _trusted_class(kind, names):
         namespace["__slots__"] = TrustedObject.__slots__
         cls = type(f"{kind.__name__}Zone", (datetime.tzinfo,), namespace)
     else:
-        cls = type(kind.__name__, (kind,), {"__slots__": (), "__module__": own["__module__"], "__doc__": own["__doc__"]})
+        cls = type(kind.__name__, (kind,),
+                   {"__slots__": (), "__module__": own["__module__"], "__doc__": own["__doc__"]})
         for name in names:
             if name in _STANDARD_ABCS:
                 _STANDARD_ABCS[name].register(cls)

@@ -76,7 +76,6 @@ ran the tests.
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import base64
 import binascii

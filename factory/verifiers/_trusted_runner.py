@@ -124,10 +124,10 @@ import collections.abc
 import datetime
 import enum
 import functools
-import itertools
 import importlib.abc
 import importlib.machinery
 import io
+import itertools
 import keyword
 import os
 import re
@@ -901,8 +901,8 @@ class SolutionClient(Endpoint):
     def next_item(self, key):
         """``next()`` of the solution's iterator ``key``: an item its process produced ahead, or a request.
 
-        After a few ``next()`` requests in a row on the same iterator (``_AHEAD_AFTER``), the next asks the solution for more
-        items ahead (``SolutionServer.run_ahead``: computed by a copy of its process, so the solution itself
+        After a few ``next()`` requests in a row on the same iterator (``_AHEAD_AFTER``), the next asks the solution
+        for more items ahead (``SolutionServer.run_ahead``: computed by a copy of its process, so the solution itself
         does not advance). They are handed out here one ``next()`` at a time, only while nothing else goes
         to the solution and the test's environment, directory and mirrored modules are unchanged; the next
         message to the solution says how many were taken (``took``), and the solution advances its iterator
@@ -2330,13 +2330,12 @@ def _decide(self, other, name):
     symbol = _COMPARISONS[name]
     if not _class_named(client, self):
         raise BoundaryError(f"{self._factory_describe()} is an object of the solution whose class the tests do not "
-                            f"name (or an enum this side could not rebuild): comparing it ({symbol}) would run the solution's own comparison, so it is "
-                            "refused; the solution must return plain data")
-    if isinstance(other, RemoteObject):
-        if not _class_named(client, other):
-            raise BoundaryError(f"{other._factory_describe()} is an object of the solution whose class the tests "
-                                f"do not name (or an enum this side could not rebuild): comparing it ({symbol}) would run the solution's own comparison, so "
-                                "it is refused; the solution must return plain data")
+                            f"name (or an enum this side could not rebuild): comparing it ({symbol}) would run the "
+                            "solution's own comparison, so it is refused; the solution must return plain data")
+    if isinstance(other, RemoteObject) and not _class_named(client, other):
+        raise BoundaryError(f"{other._factory_describe()} is an object of the solution whose class the tests "
+                            f"do not name (or an enum this side could not rebuild): comparing it ({symbol}) would run "
+                            "the solution's own comparison, so it is refused; the solution must return plain data")
     # An object the test did not build, against the test's own value: its class may only decline
     # (NotImplemented, and Python asks the test's value) or raise (semver's ValueError, the TypeError of an
     # unordered pair), neither of which is the solution's word on the expected value; a bool is refused.

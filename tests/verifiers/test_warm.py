@@ -21,8 +21,8 @@ TESTS = textwrap.dedent("""
     import os, subprocess, sys
     from solution import value
 
-    MARKS = ["left-by-a-run.txt", "read-only-folder/inside.txt", os.path.expanduser("~/left-in-home.txt"), "/tmp/left-in-tmp.txt",
-             "/dev/shm/left-in-shm.txt"]
+    MARKS = ["left-by-a-run.txt", "read-only-folder/inside.txt", os.path.expanduser("~/left-in-home.txt"),
+             "/tmp/left-in-tmp.txt", "/dev/shm/left-in-shm.txt"]
 
     def test_clean_start():
         assert [m for m in MARKS if os.path.exists(m)] == []
