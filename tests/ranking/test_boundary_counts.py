@@ -23,16 +23,19 @@ from factory.verifiers import BranchOutput, Criterion, TestsVerifier, VerifyCont
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
-MONEY_TESTS = ("from money import Money, total\n\n"
-               "def test_total_equals():\n    assert total([Money(1), Money(2)]) == Money(3)\n\n"
-               "def test_total_cents():\n    assert total([Money(1), Money(2)]).cents == 3\n")
-# Honest: but the test compares two of its objects, whose __eq__ is the solution's own code, so the
-# boundary refuses the comparison (by design) and that test fails isolated.
+MONEY_TESTS = ("from money import total\n\n"
+               "def test_total_equals():\n    assert total([1, 2]) == 3\n\n"
+               "def test_total_cents():\n    assert total([1, 2]).cents == 3\n")
+# Honest: but the test compares an object of a class it never names with its own value, so the comparison
+# would be the solution's own code deciding against the test's expected value: the boundary refuses it (by
+# design) and that test fails isolated.
 MONEY = ("class Money:\n    def __init__(self, cents):\n        self.cents = cents\n\n"
-         "    def __eq__(self, other):\n        return isinstance(other, Money) and other.cents == self.cents\n\n"
+         "    def __eq__(self, other):\n"
+         "        return other == self.cents if isinstance(other, int) else (\n"
+         "            isinstance(other, Money) and other.cents == self.cents)\n\n"
          "    def __hash__(self):\n        return hash(self.cents)\n\n\n"
-         "def total(items):\n    return Money(sum(m.cents for m in items))\n")
-MONEY_WRONG = MONEY.replace("sum(m.cents for m in items)", "0")
+         "def total(items):\n    return Money(sum(items))\n")
+MONEY_WRONG = MONEY.replace("Money(sum(items))", "Money(0)")
 MONEY_TASK = Task(id="money", prompt="Write Money and total(items) in money.py.",
                   files={"money.py": "class Money:\n    pass\n"}, tests={"test_money.py": MONEY_TESTS})
 
