@@ -28,21 +28,22 @@ SORT_TESTS = ("from sorting import stable_sort\n\n"
               "    assert stable_sort([3, 1, 2]) == [1, 2, 3]\n")
 SORT_STUB = "def stable_sort(items, key=None):\n    raise NotImplementedError\n"
 SORT_SOLUTION = "def stable_sort(items, key=None):\n    return sorted(items, key=key)\n"
-MONEY_TESTS = ("from money import Money, total\n\n"
-               "def test_total_equals():\n    assert total([Money(1), Money(2)]) == Money(3)\n\n"
-               "def test_total_cents():\n    assert total([Money(1), Money(2)]).cents == 3\n")
+MONEY_TESTS = ("from money import total\n\n"
+               "def test_total_equals():\n    assert total([1, 2]) == 3\n\n"
+               "def test_total_cents():\n    assert total([1, 2]).cents == 3\n")
 MONEY_SOLUTION = ("class Money:\n    def __init__(self, cents):\n        self.cents = cents\n\n"
                   "    def __eq__(self, other):\n"
-                  "        return isinstance(other, Money) and other.cents == self.cents\n\n"
+                  "        return other == self.cents if isinstance(other, int) else (\n"
+                  "            isinstance(other, Money) and other.cents == self.cents)\n\n"
                   "    def __hash__(self):\n        return hash(self.cents)\n\n\n"
-                  "def total(items):\n    return Money(sum(m.cents for m in items))\n")
+                  "def total(items):\n    return Money(sum(items))\n")
 ADD_TESTS = ("from solution import add\n\ndef test_add():\n    assert add(1, 2) == 3\n\n"
              "def test_neg():\n    assert add(-1, 1) == 0\n")
 ADD_STUB = "def add(a, b):\n    pass\n"
 
-# An honest solution whose test compares two of the solution's objects with their hand-written __eq__:
-# bare it passes; isolated the comparison would run the solution's own code in the judge, so the boundary
-# refuses it (by design) and the test fails with a BoundaryError.
+# An honest solution whose test compares an object of a class the tests never name with the test's own value:
+# bare it passes; isolated the solution's own __eq__ would decide against the test's expected value, so the
+# boundary refuses it (by design) and the test fails with a BoundaryError.
 MONEY = {"id": "money", "prompt": "Write Money and total.", "files": {"money.py": "class Money:\n    pass\n"},
          "tests": {"test_money.py": MONEY_TESTS}, "solution": {"money.py": MONEY_SOLUTION}}
 # A key function passed to the solution: it crosses as a handle, so isolated and bare agree.

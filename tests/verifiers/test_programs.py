@@ -139,12 +139,15 @@ def test_hidden_tests_files_stay_on_the_trusted_side_and_a_link_out_of_the_scrat
     # Not in the solution sandbox: reading the hidden expected file fails there.
     peek = "def convert(text, path):\n    open(path, 'w').write(open('tests/expected.txt').read())\n"
     assert verify(task, {"convert.py": peek}).status == "fail"
-    # A link in the shared scratch area to the trusted side's file: the trusted test does not follow it.
+    # A link in the shared scratch area to the trusted side's file: the solution sandbox cannot even make one
+    # (symlink is refused there: a tool of the trusted side that is not Python would follow it), and the trusted
+    # side's guard would not follow it either (tests/verifiers/test_scratch_guard.py).
     link = ("import os\n\n\ndef convert(text, path):\n"
             "    os.symlink(os.path.abspath('tests/expected.txt'), path)\n")
     verdict = verify(task, {"convert.py": link})
     assert verdict.status == "fail", verdict.details
-    assert "scratch area" in str(verdict.details.get("failures")), verdict.details
+    failures = str(verdict.details.get("failures"))
+    assert "PermissionError" in failures or "scratch area" in failures, verdict.details
 
 
 POOL = textwrap.dedent("""
