@@ -8,6 +8,7 @@ sets on none (tamper detection must not depend on the sandbox's isolation).
 from __future__ import annotations
 
 import asyncio
+import warnings
 from dataclasses import replace
 from pathlib import Path
 
@@ -42,10 +43,56 @@ DOCKER_CONCURRENCY = 4
 DOCKER_OK, DOCKER_WHY = docker_image_status()  # no engine answers: not OK either, and it says so
 
 
-def golden(case, sandbox, expect_pass):
+LOCAL_CONCURRENCY = 2
+
+
+async def _verify_batch(sandbox, items, concurrency):
+    """Golden reports of ``items`` ((case, expected to pass) pairs) on one sandbox backend, by (case id, expected
+    to pass): one pipeline and one event loop for the lot, so the warm trusted runners are reused as in a fork."""
+    gate = asyncio.Semaphore(concurrency)
     pipeline = VerificationPipeline({"tests": TestsVerifier(reference_sandbox=sandbox)})
-    correct, exploits = ([case], []) if expect_pass else ([], [case])
-    return asyncio.run(run_golden("tests", pipeline, correct, exploits, sandbox))
+
+    async def one(case, expect_pass):
+        async with gate:
+            correct, exploits = ([case], []) if expect_pass else ([], [case])
+            return await run_golden("tests", pipeline, correct, exploits, sandbox)
+
+    try:
+        reports = await asyncio.gather(*[one(c, e) for c, e in items], return_exceptions=True)
+    finally:
+        await pipeline.aclose()
+    return {(c.id, e): report for (c, e), report in zip(items, reports, strict=True)}
+
+
+@pytest.fixture(scope="module")
+def local_reports(request):
+    """The golden report of every bwrap and none case this session runs, by (sandbox, case id, expected to
+    pass)."""
+    selected = set()
+    for item in request.session.items:
+        spec = getattr(item, "callspec", None)
+        if spec and item.module is request.module and item.originalname in (
+                "test_correct_solutions_pass", "test_exploit_never_passes"):
+            selected.add((spec.params["sandbox"], spec.params["case"].id,
+                          item.originalname == "test_correct_solutions_pass"))
+    out = {}
+    with warnings.catch_warnings():  # the none backend warns that it does not isolate
+        warnings.simplefilter("ignore", UserWarning)
+        for sandbox in ("bwrap", "none"):
+            items = [(c, True) for s, c in CASES if (s, c.id, True) in selected and s == sandbox] + [
+                (c, False) for s, c in EXPLOIT_CASES if (s, c.id, False) in selected and s == sandbox]
+            if not items:
+                continue
+            reports = asyncio.run(_verify_batch(sandbox, items, LOCAL_CONCURRENCY))
+            out.update({(sandbox, *key): report for key, report in reports.items()})
+    return out
+
+
+def golden(local_reports, case, sandbox, expect_pass):
+    report = local_reports[(sandbox, case.id, expect_pass)]
+    if isinstance(report, BaseException):
+        raise report
+    return report
 
 
 @pytest.fixture(scope="module")
@@ -83,15 +130,15 @@ def test_exploit_never_passes_on_docker(case, docker_reports):
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
 @pytest.mark.parametrize(("sandbox", "case"), CASES, ids=[f"{c.id}-{s}" for s, c in CASES])
-def test_correct_solutions_pass(case, sandbox):
-    report = golden(case, sandbox, expect_pass=True)
+def test_correct_solutions_pass(case, sandbox, local_reports):
+    report = golden(local_reports, case, sandbox, expect_pass=True)
     assert report.false_negatives == [], report.false_negatives
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
 @pytest.mark.parametrize(("sandbox", "case"), EXPLOIT_CASES, ids=[f"{c.id}-{s}" for s, c in EXPLOIT_CASES])
-def test_exploit_never_passes(case, sandbox):
-    report = golden(case, sandbox, expect_pass=False)
+def test_exploit_never_passes(case, sandbox, local_reports):
+    report = golden(local_reports, case, sandbox, expect_pass=False)
     assert report.false_positives == [], report.false_positives
     assert len(report.caught) == 1
 
