@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import secrets
@@ -64,6 +65,9 @@ from factory.verifiers._isolation import (
     trusted_files,
 )
 from factory.verifiers._zygote import ZYGOTE_SOCKET
+
+#: CPU seconds of a warm runner's own sandbox (a run's own limit is set in its fork).
+RUNNER_CPU_S = 24 * 3600
 
 __all__ = ["IDLE_S", "WarmRunner", "close_warm_runners", "run_warm"]
 
@@ -258,7 +262,10 @@ async def run_warm(task: Task, solution: Mapping[str, str | bytes], args: list[s
     data, tests = trusted_files(task)
     modules = module_names(solution, {**data, **tests})
     pool = _pool()
-    runner = await pool.acquire(sandbox, task.image, limits, timeout_s)
+    # The runner itself is not charged the run's CPU limit (its imports and the cleanup between runs add up over
+    # its life): its sandbox gets a generous one, and each forked child lowers RLIMIT_CPU to the run's limit
+    # (a fork's CPU time starts at zero), so a run stopped by it is named as before.
+    runner = await pool.acquire(sandbox, task.image, dataclasses.replace(limits, cpu_seconds=RUNNER_CPU_S), timeout_s)
     nonce = secrets.token_hex(16)
     name = nonce[:12]  # short: a socket's path must fit 108 bytes where paths are the host's (none)
     channel, channel_in = os.path.join(runner.root, name), f"{runner.inside}/{name}"
@@ -289,7 +296,7 @@ async def run_warm(task: Task, solution: Mapping[str, str | bytes], args: list[s
         else:
             settings = {"nonce": nonce, "command": command}
         request = {"mode": "pytest" if args is not None else "command", "settings": settings,
-                   "timeout": timeout_s, "max_output": limits.max_output_bytes}
+                   "timeout": timeout_s, "max_output": limits.max_output_bytes, "cpu_seconds": limits.cpu_seconds}
         # The solution sandbox's shared directory is this verification's channel alone, at the same path.
         solution_box = create_sandbox(sandbox, SandboxSpec(
             files=dict(solution), readonly_files=test_data_files(task), limits=limits, shared_dir=channel,

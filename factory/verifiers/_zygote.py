@@ -37,6 +37,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import resource
 import select
 import shutil
 import signal
@@ -144,6 +145,9 @@ def _fork(request, listener, connection):
         for fd in (null, out_w, err_w):
             os.close(fd)
         signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # as at interpreter start: a broken pipe is an OSError
+        cpu = request.get("cpu_seconds")
+        if cpu:  # the run's own CPU limit (the runner's sandbox has a generous one): as a fresh sandbox sets it
+            resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
         _child(request)
         status = 0
     except SystemExit as exc:
