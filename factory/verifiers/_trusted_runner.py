@@ -2047,17 +2047,26 @@ class _Live:
         return result
 
 
+#: Methods of the mutable builtins that change the object: run in the solution's process.
+_CONTAINER_WRITERS = frozenset({"append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse",
+                                "__setitem__", "__delitem__", "add", "discard", "update", "setdefault", "popitem",
+                                "difference_update", "intersection_update", "symmetric_difference_update",
+                                "__iadd__", "__ior__", "__iand__", "__isub__", "__ixor__", "__imul__"})
+
+
+def _refreshing(base, name):
+    """``base``'s method ``name`` for a proxy of a solution container: it reads the contents the solution holds now."""
+    own = getattr(base, name)
+
+    def method(self, *args, **kwargs):
+        self._factory_refresh()
+        return own(self, *args, **kwargs)
+    method.__name__ = name
+    return method
+
+
 def _live_class(base):
     namespace = {"_factory_base": base}
-
-    def reader(name):
-        method = getattr(base, name)
-
-        def read(self, *args, **kwargs):
-            self._factory_refresh()
-            return method(self, *args, **kwargs)
-        read.__name__ = name
-        return read
 
     def writer(name):
         def write(self, *args):
@@ -2070,19 +2079,15 @@ def _live_class(base):
                "values", "items", "issubset", "issuperset", "isdisjoint", "union", "intersection", "difference",
                "symmetric_difference", "__or__", "__and__", "__sub__", "__xor__", "__add__", "__mul__", "decode",
                "hex", "startswith", "endswith", "find"}
-    writers = {"append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse", "__setitem__",
-               "__delitem__", "add", "discard", "update", "setdefault", "popitem", "difference_update",
-               "intersection_update", "symmetric_difference_update", "__iadd__", "__ior__", "__iand__",
-               "__isub__", "__ixor__", "__imul__"}
     for name in readers:
         if hasattr(base, name):
-            namespace[name] = reader(name)
+            namespace[name] = _refreshing(base, name)
 
     def __repr__(self):  # as the solution's own container prints
         self._factory_refresh()
         return repr(base(self))
     namespace["__repr__"] = __repr__
-    for name in writers:
+    for name in _CONTAINER_WRITERS:
         if hasattr(base, name):
             namespace[name] = writer(name)
     namespace["__hash__"] = None
@@ -2096,10 +2101,7 @@ _VALUE_TYPES = {"str": str, "int": int, "float": float, "bytes": bytes, "tuple":
                 "list": list, "dict": dict, "set": set, "odict": collections.OrderedDict,
                 "counter": collections.Counter}
 _MUTABLE_VALUES = frozenset({"list", "dict", "set", "odict", "counter"})
-_VALUE_WRITERS = frozenset({"append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse", "__setitem__",
-                            "__delitem__", "add", "discard", "update", "setdefault", "popitem", "difference_update",
-                            "intersection_update", "symmetric_difference_update", "__iadd__", "__ior__", "__iand__",
-                            "__isub__", "__ixor__", "__imul__", "move_to_end", "subtract"})
+_VALUE_WRITERS = _CONTAINER_WRITERS | {"move_to_end", "subtract"}
 _VALUE_COMPARISONS = ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__")
 #: Operators and protocols a subclass may add to its builtin: its own, run in the solution's process.
 _VALUE_OPERATORS = frozenset({f"__{p}{n}__" for n in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow",
@@ -2193,15 +2195,6 @@ def _value_class(base, kind, name, overridden):
         method.__name__ = method_name
         return method
 
-    def reader(method_name):
-        own = getattr(base, method_name)
-
-        def method(self, *args, **kwargs):
-            self._factory_refresh()
-            return own(self, *args, **kwargs)
-        method.__name__ = method_name
-        return method
-
     def comparison(method_name):
         own = getattr(base, method_name)
 
@@ -2219,7 +2212,7 @@ def _value_class(base, kind, name, overridden):
         if method_name in overridden or (mutable and method_name in _VALUE_WRITERS):
             namespace[method_name] = forward(method_name)
         elif mutable:
-            namespace[method_name] = reader(method_name)
+            namespace[method_name] = _refreshing(base, method_name)
     for method_name in overridden & _VALUE_OPERATORS:  # operators the builtin lacks (a tuple's __radd__)
         namespace.setdefault(method_name, forward(method_name))
     if mutable:
