@@ -66,6 +66,7 @@ if __name__ != "__main__":  # imported on the host (tests); in the sandbox _wire
     from factory.verifiers._wire import (
         Endpoint,
         Refs,
+        Shared,
         WireError,
         WorkspaceFiles,
         container_states,
@@ -74,6 +75,7 @@ if __name__ != "__main__":  # imported on the host (tests); in the sandbox _wire
         decode_value,
         encode_item,
         encode_value,
+        retained,
         states_of,
         write_back,
     )
@@ -324,7 +326,7 @@ class TrustedObject:
         return self._op("str")
 
     def __eq__(self, other):
-        same = isinstance(other, TrustedObject) and object.__getattribute__(other, "_key") == \
+        same = _is_trusted_handle(other) and object.__getattribute__(other, "_key") == \
             object.__getattribute__(self, "_key")
         if same or object.__getattribute__(self, "_key") not in _CUSTOM_EQ:
             return same
@@ -357,6 +359,68 @@ class TrustedFunction(TrustedObject):
         return self if obj is None else types.MethodType(self, obj)
 
 
+def _run_to_end(awaitable, owner):
+    """What awaiting ``awaitable`` gives, run to its end in an event loop of this process.
+
+    Each side runs its own coroutines (a loop cannot span two processes): an
+    awaitable of ours the test awaits runs here, in ``owner``'s loop, kept
+    across awaits as a test's loop is; one awaited while a loop of ours is
+    already running (nested through the test's code) in a loop of its own,
+    the running one set aside meanwhile, its callbacks waiting, as the caller
+    does.
+    """
+    import asyncio
+
+    async def awaiting():
+        return await awaitable
+
+    outer = asyncio.events._get_running_loop()
+    loop = getattr(owner, "loop", None) if outer is None else None
+    if loop is None or loop.is_closed():
+        loop = asyncio.new_event_loop()
+        if outer is None:
+            owner.loop = loop
+    asyncio.events._set_running_loop(None)
+    try:
+        return loop.run_until_complete(awaiting())
+    finally:
+        if outer is not None:
+            loop.close()
+        asyncio.events._set_running_loop(outer)
+
+
+class _TrustedAwaitable(TrustedObject):
+    """An awaitable of the test's (a coroutine it made): awaiting it runs it there, to its end, in a loop of the
+    trusted side's, while this side waits (and serves the calls it makes back)."""
+
+    __slots__ = ()
+
+    def __await__(self):
+        return self._op("await")
+        yield  # (a generator: ``await`` gets the result when it stops)
+
+
+class _TrustedCoroutine(_TrustedAwaitable):
+    """A coroutine of the test's: ``asyncio.run``, ``create_task`` and ``send``/``throw``/``close`` take it."""
+
+    __slots__ = ()
+
+    def send(self, value):
+        if value is not None:
+            raise TypeError("can't send non-None value to a just-started coroutine")
+        raise StopIteration(self._op("await"))
+
+    def throw(self, kind, value=None, traceback=None):
+        self.close()
+        raise value if value is not None else kind
+
+    def close(self):
+        self._op("close")
+
+
+collections.abc.Coroutine.register(_TrustedCoroutine)
+
+
 #: Standard-library bases that code checks with isinstance: a test's object of one is one here too.
 _STANDARD_ABCS = {"Mapping": collections.abc.Mapping, "MutableMapping": collections.abc.MutableMapping,
                   "Sequence": collections.abc.Sequence, "MutableSequence": collections.abc.MutableSequence,
@@ -373,21 +437,33 @@ def _is_trusted_handle(value):
 _TRUSTED_CLASSES = {}
 
 
-#: Container protocols a handle's class can go without (set to None: the ABCs' checks then see no method).
-_PROTOCOLS = ("__len__", "__next__", "__iter__", "__contains__")
+#: Protocols a handle's class goes without where the test's object has none (``callable(x)``, ``hasattr(x,
+#: "__len__")`` and the ABCs' checks see no method, ``len(x)`` raises TypeError, as they would in-process).
+_PROTOCOLS = ("__call__", "__len__", "__next__", "__iter__", "__contains__")
 _LACKING_CLASSES = {}
 
 
 def _lacking_class(kind, names):
-    """``kind`` without the protocols ``names`` (the test's object has none: ``isinstance(x, Sized)`` is false)."""
+    """``kind`` without the protocols ``names``: a class with ``kind``'s other members copied and no such method
+    at all (a method set to None would still fill the type's slot: ``callable()`` true, ``len()`` calling None)."""
     if not names:
         return kind
     cls = _LACKING_CLASSES.get((kind, names))
     if cls is None:
-        namespace = {name: None for name in names}
-        if "__slots__" in vars(kind):
-            namespace["__slots__"] = ()
-        cls = _LACKING_CLASSES[(kind, names)] = type(kind.__name__, (kind,), namespace)
+        # an object with no __iter__ here has no __getitem__ either: iter() must not fall back to item access
+        dropped = {*names, *(("__getitem__",) if "__iter__" in names else ()), "__slots__", "__dict__",
+                   "__weakref__", *TrustedObject.__slots__}
+        namespace = {}
+        for klass in reversed(kind.__mro__):
+            if klass in _TRUSTED_TYPES:
+                namespace.update((name, value) for name, value in vars(klass).items() if name not in dropped)
+        namespace["__slots__"] = TrustedObject.__slots__
+        bases = tuple(base for base in kind.__bases__ if base not in _TRUSTED_TYPES)  # (tzinfo's)
+        cls = _LACKING_CLASSES[(kind, names)] = type(kind.__name__, bases, namespace)
+        for abc in _STANDARD_ABCS.values():
+            if issubclass(kind, abc):
+                abc.register(cls)
+        _TRUSTED_TYPES.add(cls)
     return cls
 
 
@@ -435,6 +511,14 @@ class _AnnotationText(str):
 
     def __repr__(self):
         return str(self)
+
+
+def _plain_value(value, depth=0):
+    """Whether ``value`` is immutable plain data (a default the trusted side may show as its own copy)."""
+    if value is None or type(value) in (bool, int, float, complex, str, bytes):
+        return type(value) not in (str, bytes) or len(value) <= 10_000
+    return type(value) in (tuple, frozenset) and depth < 3 and len(value) <= 50 and all(
+        _plain_value(item, depth + 1) for item in value)
 
 
 def _annotation_text(annotation):
@@ -657,6 +741,7 @@ class SolutionServer(Endpoint):
         self.dataclass_trusted = {}  # key -> the handle on the test's object itself
         self.mirror_seen = {}  # key -> the test function's attributes when it last crossed
         self.mirror_signature = {}  # key -> the test function's signature when it last crossed
+        self.described = {}  # key of a function of the solution -> its description (describe_function) or None
         self.standard = {}  # id -> (a standard library object the trusted side sent by name, that name)
         self.logs = []
         self.warns = []
@@ -674,6 +759,8 @@ class SolutionServer(Endpoint):
         self.trusted_ahead = {}  # key of a test's iterator -> items the trusted side produced ahead from a copy
         self.trusted_taken = []  # [[key, count]] taken from them since the last message, in order
         self.trusted_streak = (None, 0)
+        self.shared = Shared(owner=False)  # the test's containers this side holds (see Shared)
+        self.kept = set()  # keys of those kept by the reply being sent (not released before the test hears of it)
         _SERVER[:] = [self]
 
     def exchange(self, request):
@@ -715,6 +802,14 @@ class SolutionServer(Endpoint):
         files = self.workspace_files.changes()  # what the code wrote in its folder (the trusted side filters it)
         if files:
             message["files"] = files
+        if self.shared.objects:  # what the code changed in the test's containers it holds, then those it let go
+            states = self.shared.changes(self.encode)
+            if states:
+                message["shs"] = states
+            gone = self.shared.released(self.kept)
+            if gone:
+                message["shd"] = gone
+        self.kept = set()
         if message.get("op") == "next" and "rh" in message:
             key = message["rh"]
             self.trusted_streak = (key, self.trusted_streak[1] + 1 if self.trusted_streak[0] == key else 1)
@@ -841,8 +936,15 @@ class SolutionServer(Endpoint):
             handle["name"] = getattr(obj, "__qualname__", type(obj).__name__)
             if isinstance(obj, types.FunctionType):
                 handle["bind"] = True  # a class attribute of the test's binds to its objects, as a function does
+                described = self.describe_function(handle["h"], obj)
+                if described is not None:
+                    handle["fn"] = described  # a real function there (type(f) is FunctionType in a test)
         else:
             handle["k"] = "object"
+            if isinstance(obj, types.CoroutineType):
+                handle["await"] = "coro"  # asyncio.run() and a Task take it there; awaited here, in our loop
+            elif isinstance(obj, collections.abc.Awaitable):
+                handle["await"] = "obj"
             if isinstance(obj, datetime.tzinfo):
                 handle["zone"] = True  # a time zone whose offset depends on the moment: a tzinfo there too
             if not type(obj).__flags__ & _HEAP_TYPE:  # a builtin type (a generator, map, zip): it cannot change
@@ -853,6 +955,39 @@ class SolutionServer(Endpoint):
         if not isinstance(obj, type) and _MIXED_KEYS.get(id(type(obj))) is not None:
             handle["mixed"] = _MIXED_KEYS[id(type(obj))]  # an object of a test's class: one there too
         return handle
+
+    def describe_function(self, key, function):
+        """A plain function of a module (``def f`` at its top level: no attributes, no ``__wrapped__``, not a
+        generator or coroutine, only immutable plain-data defaults) as plain data, from which the trusted side
+        builds a real function forwarding its calls here; None for any other (it stays a handle)."""
+        if key in self.described:
+            return self.described[key]
+        self.described[key] = None
+        try:
+            import inspect
+
+            code = function.__code__
+            qualname = function.__qualname__
+            if type(function) is not types.FunctionType or vars(function) or code.co_flags & 0x3A0 \
+                    or type(qualname) is not str or "." in qualname or "<" in qualname:
+                return None
+            signature = inspect.signature(function, follow_wrapped=False)
+            params = []
+            for p in signature.parameters.values():
+                if p.default is not p.empty and not _plain_value(p.default):
+                    return None
+                params.append([p.name, int(p.kind), p.default is not p.empty,
+                               None if p.default is p.empty else self.encode(p.default),
+                               _annotation_text(p.annotation)])
+            doc = function.__doc__
+            self.described[key] = {
+                "name": str(function.__name__), "qualname": qualname, "module": str(function.__module__),
+                "doc": doc[:20_000] if type(doc) is str else None, "params": params,
+                "ret": _annotation_text(signature.return_annotation),
+                "code": [str(code.co_filename)[:500], int(code.co_firstlineno)]}
+        except Exception:  # (anything odd about it: a handle, as before)
+            return None
+        return self.described[key]
 
     def enum_members(self, cls):
         base = ("intflag" if issubclass(cls, enum.IntFlag) else "flag" if issubclass(cls, enum.Flag)
@@ -1026,6 +1161,8 @@ class SolutionServer(Endpoint):
             made = _mirror_function(self, key, described) if described is not None else None
             if made is None:
                 kind = TrustedFunction if data.get("k") == "function" else TrustedObject
+                if data.get("await") in ("coro", "obj") and data.get("k") == "object":
+                    kind = _TrustedCoroutine if data["await"] == "coro" else _TrustedAwaitable
                 std = data.get("std")
                 if type(std) is list and std:
                     kind = _trusted_class(kind, tuple(str(name) for name in std[:8]))
@@ -1109,10 +1246,11 @@ class SolutionServer(Endpoint):
         self.mirror_seen[key] = current
 
     def value(self, data, refs=None):
-        return decode_value(data, self.resolve, refs=refs, objects=self.objects_from)
+        return decode_value(data, self.resolve, refs=refs, objects=self.objects_from, shared=self.shared)
 
     def encode(self, value, refs=None, record=False):
-        return encode_value(value, self.handle_of, refs=refs, record=record, objects=self.objects_of)
+        return encode_value(value, self.handle_of, refs=refs, record=record, objects=self.objects_of,
+                            shared=self.shared)
 
     def encode_exception(self, exc):
         cls = type(exc)
@@ -1171,23 +1309,35 @@ class SolutionServer(Endpoint):
 
             write_back(refs, reply["wb"], lambda data: from_wire(data, refs))
         if "exc" in reply:
-            info = reply["exc"] if type(reply["exc"]) is dict else {}
-            base = getattr(builtins, str(info.get("type")), None)
-            if not (isinstance(base, type) and issubclass(base, BaseException)):
-                base = Exception
-            try:
-                exc = (_standard_error(info.get("std")) or base)(str(info.get("message", "")))
-            except TypeError:  # (a class wanting other arguments: json.JSONDecodeError)
-                exc = base(str(info.get("message", "")))
-            cls = info.get("cls")
-            if type(cls) is dict and "rh" in cls:  # the test's own exception class: its stand-in here
-                stand_in = self.resolve(cls)
-                if isinstance(stand_in, type) and issubclass(stand_in, Exception):
-                    exc = stand_in(str(info.get("message", "")))
-            if type(info.get("token")) is int:
-                exc._factory_token = info["token"]
-            raise exc
+            raise self.exception_from(reply["exc"])
         return self.value(reply.get("ok"), refs)
+
+    def exception_from(self, info):
+        """An exception of the test's, as the trusted side describes it (see ``SolutionClient.exception_info``):
+        a builtin or standard class by name, a stand-in for a test's class, the class itself for one of ours."""
+        info = info if type(info) is dict else {}
+        message = str(info.get("message", ""))
+        base = getattr(builtins, str(info.get("type")), None)
+        if not (isinstance(base, type) and issubclass(base, BaseException)):
+            base = Exception
+        try:
+            exc = (_standard_error(info.get("std")) or base)(message)
+        except TypeError:  # (a class wanting other arguments: json.JSONDecodeError)
+            exc = base(message)
+        cls = info.get("cls")
+        if type(cls) is dict and ("rh" in cls or "h" in cls):  # the test's own class (its stand-in here), or ours
+            own = self.resolve(cls)
+            if isinstance(own, type) and issubclass(own, Exception):
+                args = (message,)
+                if "h" in cls and type(info.get("args")) is list:
+                    args = tuple(self.value(a) for a in info["args"][:20])
+                try:
+                    exc = own(*args)
+                except Exception:  # noqa: BLE001 -- a constructor wanting other arguments: its args only
+                    exc = BaseException.__new__(own, *args)
+        if type(info.get("token")) is int:
+            exc._factory_token = info["token"]
+        return exc
 
     # ------------------------------------------------------------ requests from the trusted side
 
@@ -1261,6 +1411,11 @@ class SolutionServer(Endpoint):
             return [] if result is NotImplemented else [result]
         if op == "hash":
             return hash(target)
+        if op == "await":  # the test awaits an awaitable of ours: run here to its end, in our event loop
+            return _run_to_end(target, self)
+        if op == "exit":  # the test's exception raised in a ``with`` block of ours: __exit__ sees it, and may
+            exc = self.exception_from(request.get("exc"))  # suppress it (True) or raise another (or this one)
+            return bool(type(target).__exit__(target, type(exc), exc, None))
         if op == "bvalue":  # the builtin value inside an object that crosses as one, as it is now
             found = _value_base(type(target))
             if found is None:
@@ -1358,7 +1513,8 @@ class SolutionServer(Endpoint):
         try:
             result = self.dispatch(request, refs)
             op = request.get("op")
-            if type(result) in _LIVE and (op in ("getattr", "getitem") or (op == "callmethod" and (
+            test_owned = id(result) in self.shared.keys  # the test's own container: it crosses back as itself
+            if type(result) in _LIVE and not test_owned and (op in ("getattr", "getitem") or (op == "callmethod" and (
                     result is self.resolve(request["h"]) or request.get("name") in ("__getitem__", "get",
                                                                                     "setdefault")))):
                 # module state, an object's items (``config["a"].append(x)``): a live handle, not a copy
@@ -1388,6 +1544,11 @@ class SolutionServer(Endpoint):
                 reply["wb"] = states_of(refs, getattr(refs, "before", []), self.nested_encoder(refs))
             except BaseException:
                 pass
+            result = None  # (what the call returned holds no argument now: only what the code keeps does)
+            for index in retained(refs):  # the arguments the code kept (a cache dict): shared from now on
+                if id(refs.objects[index]) not in self.shared.keys and self.shared.room(refs.objects[index]):
+                    reply.setdefault("keep", []).append(index)  # (under the next keys, on both sides)
+                    self.kept.add(self.shared.add(refs.objects[index]))
         return reply
 
     # ------------------------------------------------------------ run-ahead of iterators
@@ -1418,6 +1579,8 @@ class SolutionServer(Endpoint):
             self.catch_up(message)
         if type(message) is dict and "files" in message:
             self.workspace_files.apply(message.pop("files"))
+        if type(message) is dict and "shs" in message:  # what the test changed in its containers held here
+            self.shared.apply(message.pop("shs"), self.value)
         return message
 
     def catch_up(self, message):

@@ -141,6 +141,7 @@ if __name__ != "__main__":  # imported on the host (tests); in the sandbox _wire
         Channel,
         Endpoint,
         Refs,
+        Shared,
         WireError,
         WorkspaceFiles,
         container_states,
@@ -670,6 +671,7 @@ class SolutionClient(Endpoint):
         super().__init__(channel)
         self.call_timeout = call_timeout
         self.proxies = {}
+        self.function_keys = {}  # id of a real function standing for one of the solution's -> its key (proxies)
         self.broken = None
         self.exported = {}
         self.export_ids = {}
@@ -709,6 +711,7 @@ class SolutionClient(Endpoint):
         self.pickled = []  # the test's objects the solution pickled (it holds their index, never the bytes)
         self.raised_before_tests = None  # how importing a solution module failed before any test ran (a conftest)
         self.standard_bases = {}  # a test object's class -> the standard bases it derives from (handle "std")
+        self.shared = Shared(owner=True)  # the test's containers the solution holds (see Shared)
 
     # ------------------------------------------------------------ protocol
 
@@ -721,6 +724,10 @@ class SolutionClient(Endpoint):
         files = self.workspace_files.changes()  # what the test wrote in its folder, where the code may read it
         if files:
             message["files"] = files
+        if self.shared.objects:  # what the test changed in its containers the solution holds
+            states = self.shared.changes(self.encode)
+            if states:
+                message["shs"] = states
         if message.get("op") == "next" and type(message.get("h")) is dict:
             key = message["h"].get("h")
             self.streak = (key, self.streak[1] + 1 if self.streak[0] == key else 1)
@@ -788,6 +795,10 @@ class SolutionClient(Endpoint):
             return message
         if "files" in message:  # new files only, under names nothing trusted picks up (see WorkspaceFiles)
             self.workspace_files.apply(message.pop("files"))
+        if "shs" in message:  # what the solution changed in the test's containers it was handed
+            self.shared.apply(message.pop("shs"), self.decode)
+        if "shd" in message:  # those it no longer holds: a later crossing is a copy again
+            self.shared.drop(message.pop("shd"))
         took = message.pop("took", None)
         if type(took) is list:  # items of the test's iterators the solution took from runs ahead: advance them
             for entry in took[:100_000]:
@@ -876,6 +887,12 @@ class SolutionClient(Endpoint):
                 except WireError as exc:
                     raise BoundaryError(f"the solution's changes to an argument could not be written back ({exc})"
                                         ) from None
+            keep = reply.get("keep")
+            if refs is not None and type(keep) is list:  # arguments the solution holds on to: shared from now on
+                for index in keep[:len(refs.objects)]:
+                    if type(index) is not int or not 0 <= index < len(refs.objects):
+                        raise BoundaryError("the solution named an argument it was not handed")
+                    self.shared.keep(refs.objects[index])
             if "exc" in reply:
                 raise self.exception(reply["exc"])
             if "ok" not in reply:
@@ -954,7 +971,7 @@ class SolutionClient(Endpoint):
         those first (``took``), so the test finds it exactly where in-process consumption would have left it.
         """
         # References: the table of exported objects, this frame, getrefcount's argument, the two argument
-        # tuples of the call in progress (RemoteObject.__call__) and the stack slot of the test's frame that
+        # tuples of the call in progress (_RemoteCallable.__call__) and the stack slot of the test's frame that
         # passed a temporary. Any more (the test's variable, a container, a helper's parameter): the test
         # holds it, and gets no run ahead. (Measured; if a path holds fewer, a held iterator may run ahead.)
         if count < 1 or type(target) not in _CLONABLE_ITERATORS or sys.getrefcount(target) > _TEMPORARY_REFS:
@@ -996,15 +1013,18 @@ class SolutionClient(Endpoint):
             return True
         if self.workspace_files.changed():  # a file the solution's steps ahead may have read
             return True
+        if self.shared.objects and self.shared.changed():  # a container the solution holds
+            return True
         state = _module_state()
         return len(state) != len(self.sent_modules) or any(
             a[:2] != b[:2] or a[2] is not b[2] for a, b in zip(state, self.sent_modules))
 
     def decode(self, data, refs=None):
-        return decode_value(data, self.proxy, refs=refs, objects=self.objects_from)
+        return decode_value(data, self.proxy, refs=refs, objects=self.objects_from, shared=self.shared)
 
     def encode(self, value, refs=None, record=False):
-        return encode_value(value, self.handle_of, refs=refs, record=record, objects=self.objects_of)
+        return encode_value(value, self.handle_of, refs=refs, record=record, objects=self.objects_of,
+                            shared=self.shared)
 
     def objects_of(self, value, nested):
         """The test's values the solution gets as its own: snapshots go home, namedtuples and builtins rebuilt."""
@@ -1155,6 +1175,9 @@ class SolutionClient(Endpoint):
         return cls(*(nested(v) for v in values))
 
     def handle_of(self, value, grant=True):
+        key = _solution_function_key(value, self)
+        if key is not None:  # a real function standing for the solution's: the solution's own goes back
+            return {"h": key}
         if isinstance(value, BaseException):  # a stand-in of the solution's exception goes home as its object
             key = vars(value).get("_factory_object")
             if type(key) is int:
@@ -1193,7 +1216,7 @@ class SolutionClient(Endpoint):
             if kind == "object" and (_defined_by_tests(type(value), "__hash__")
                                      or _defined_by_tests(type(value), "__eq__")):
                 handle["eq"] = True  # its own == and hash (a memoizing cache's key), asked here
-            lacks = _lacking(type(value))
+            lacks = _lacking(type(value)) + (["__call__"] if kind == "object" else [])
             if lacks:
                 handle["lacks"] = lacks  # isinstance(x, Sized / Iterator / Iterable) is false there too
         if type(value) is types.FunctionType or (type(value) is types.MethodType
@@ -1337,31 +1360,21 @@ class SolutionClient(Endpoint):
             if request.get("op") in ("getattr", "getitem") and type(result) in _LIVE_BASES:
                 # a container inside the test's object (a defaultdict's list): the solution changes this one
                 reply = {"ok": self.handle_of(result)}
+            elif request.get("op") == "call" and type(result) in _LIVE_BASES and id(result) not in refs.index \
+                    and id(result) not in self.shared.keys and self.shared.room(result):
+                # a test's function returning its container (a cache getter): the solution may write into it
+                reply = {"ok": self.shared.share(result, lambda item: self.encode(item, refs))}
             else:
                 reply = {"ok": self.encode(result, refs)}
         except BoundaryError as exc:
             self.pending = self.pending or exc
             reply = {"exc": {"type": "TypeError", "message": f"boundary: {exc}"}}
         except Exception as exc:
-            token = len(self.raised) + 1
-            self.raised[token] = exc
-            message = str(exc)[:2000]
             if isinstance(exc, AssertionError):
                 # The test's own assertion failed (in a callback, or in a test function a decorator of the solution
-                # runs): the test fails, whatever the solution does with it, and the solution never reads the
-                # message, where pytest names the expected value (it could learn it and run the test again).
+                # runs): the test fails, whatever the solution does with it.
                 self.pending = self.pending or exc
-                message = "an assertion of the test failed"
-            reply = {"exc": {"type": _builtin_exception_name(type(exc)), "message": message, "token": token}}
-            if getattr(builtins, type(exc).__name__, None) is not type(exc):
-                try:
-                    cls = self.handle_of(type(exc))
-                except BaseException:  # noqa: BLE001 -- crosses as its builtin base
-                    cls = None
-                if cls is not None and "exc" in cls:
-                    reply["exc"]["cls"] = cls
-            if _standard_exception([type(exc).__module__, type(exc).__qualname__]) is type(exc):
-                reply["exc"]["std"] = [type(exc).__module__, type(exc).__qualname__]  # (pickle.PicklingError)
+            reply = {"exc": self.exception_info(exc)}
         except BaseException as exc:  # pytest.fail/skip, SolutionUnavailable: the test's verdict, never swallowed
             self.pending = self.pending or exc
             reply = {"exc": {"type": "Exception", "message": "the test stopped"}}
@@ -1377,6 +1390,32 @@ class SolutionClient(Endpoint):
             except BaseException as exc:
                 self.pending = self.pending or BoundaryError(f"an argument could not be written back ({exc})")
         return reply
+
+    def exception_info(self, exc):
+        """The test's exception ``exc`` as the solution gets it (raised into it, or thrown into its context manager):
+        its builtin base's name, message and a token that brings this very object back should it return; a class
+        of the test's as a handle (a stand-in there). An assertion's message is never sent: pytest names the
+        expected value in it (the solution could learn it and run the test again)."""
+        token = len(self.raised) + 1
+        self.raised[token] = exc
+        message = "an assertion of the test failed" if isinstance(exc, AssertionError) else str(exc)[:2000]
+        info = {"type": _builtin_exception_name(type(exc)), "message": message, "token": token}
+        if getattr(builtins, type(exc).__name__, None) is not type(exc):
+            try:
+                cls = self.handle_of(type(exc))
+            except BaseException:  # noqa: BLE001 -- crosses as its builtin base
+                cls = None
+            if cls is not None and "exc" in cls:
+                info["cls"] = cls
+        if _standard_exception([type(exc).__module__, type(exc).__qualname__]) is type(exc):
+            info["std"] = [type(exc).__module__, type(exc).__qualname__]  # (pickle.PicklingError)
+        elif isinstance(type(exc), RemoteClass):  # a stand-in of the solution's class: that class there
+            info["cls"] = type(exc)._factory_handle_of()
+            try:
+                info["args"] = [self.encode(a) for a in exc.args[:20]]
+            except BaseException:  # noqa: BLE001 -- args that cannot cross: the message stands for them
+                pass
+        return info
 
     def reverse(self, request, refs):
         """One operation of the solution on an object of the test it was handed."""
@@ -1512,8 +1551,13 @@ class SolutionClient(Endpoint):
                 made = _RemoteZone(self, key)
             elif kind == "callable" and data.get("bind") is True:
                 made = _RemoteFunction(self, key, _safe_name(data.get("type"), "object"), callable_=True)
+                function = _solution_function(self, made, data.get("fn")) if type(data.get("fn")) is dict else None
+                if function is not None:  # a plain function of a module: a real function here (forwarding)
+                    self.function_keys[id(function)] = key
+                    made = function
             else:
-                made = RemoteObject(self, key, _safe_name(data.get("type"), "object"), callable_=kind == "callable")
+                made = (_RemoteCallable if kind == "callable" else RemoteObject)(
+                    self, key, _safe_name(data.get("type"), "object"), callable_=kind == "callable")
                 if data.get("selfiter") is True:
                     self.self_iterators.add(key)
                 if data.get("nolen") is True:
@@ -1926,7 +1970,7 @@ class _Snapshot:
 
     def _factory_remote(self):
         client = object.__getattribute__(self, "_factory_client")
-        return RemoteObject(client, object.__getattribute__(self, "_factory_key"), type(self).__name__)
+        return _RemoteCallable(client, object.__getattribute__(self, "_factory_key"), type(self).__name__)
 
     def __getattr__(self, name):
         for field_name, value in object.__getattribute__(self, "_factory_fields"):
@@ -2132,7 +2176,7 @@ class _BuiltinValue:
         return {"h": self._factory_key}
 
     def _factory_remote(self):
-        return RemoteObject(self._factory_client, self._factory_key, type(self).__name__)
+        return _RemoteCallable(self._factory_client, self._factory_key, type(self).__name__)
 
     def _factory_call(self, name, args, kwargs):
         client = self._factory_client
@@ -2532,11 +2576,6 @@ class RemoteObject:
     def __delattr__(self, name):
         self._op("delattr", name=name)
 
-    def __call__(self, *args, **kwargs):
-        client = object.__getattribute__(self, "_client")
-        key = object.__getattribute__(self, "_key")
-        return client.call(key, args, kwargs, made=key in client.makers)
-
     def __len__(self):
         if object.__getattribute__(self, "_key") in object.__getattribute__(self, "_client").lenless:
             raise TypeError(f"object of type '{object.__getattribute__(self, '_type')}' has no len()")
@@ -2576,7 +2615,13 @@ class RemoteObject:
         return self._op("getattr", name="__enter__")()
 
     def __exit__(self, *exc_info):
-        # The exception stays here, and the solution cannot swallow it (a test failure inside the block).
+        exc = exc_info[1]
+        if exc is not None and isinstance(exc, Exception) and not isinstance(exc, AssertionError):
+            # An exception of the block's (a test's ``raise``, or the solution's own code): its __exit__ sees it
+            # and may suppress it, as in-process (``suppress``, a ``contextmanager`` whose generator catches it).
+            client = object.__getattribute__(self, "_client")
+            return self._op("exit", exc=client.exception_info(exc)) is True
+        # A test's failure (an assertion, pytest's outcomes) stays here: the solution never sees or swallows it.
         result = self._op("getattr", name="__exit__")(None, None, None)
         return exc_info[0] is None and result is True
 
@@ -2628,7 +2673,19 @@ class RemoteObject:
         return cls if isinstance(cls, type) else RemoteObject
 
 
-class _RemoteFunction(RemoteObject):
+class _RemoteCallable(RemoteObject):
+    """A handle on a callable object of the solution (a handle on anything else has no ``__call__``: a test's
+    ``callable(x)`` is the solution's answer, as in-process)."""
+
+    __slots__ = ()
+
+    def __call__(self, *args, **kwargs):
+        client = object.__getattribute__(self, "_client")
+        key = object.__getattribute__(self, "_key")
+        return client.call(key, args, kwargs, made=key in client.makers)
+
+
+class _RemoteFunction(_RemoteCallable):
     """A function of the solution: a class attribute of the test's (``@cachedmethod(...) def get(self, ...)``,
     ``helper = solution.f``) binds to the test's objects as a function does."""
 
@@ -2644,14 +2701,127 @@ class _RemoteFunction(RemoteObject):
         return bound
 
 
-class _RemoteMethod(RemoteObject):
+class _RemoteMethod(_RemoteCallable):
     """A function of the solution bound to an object of the test's; still a handle on the function (its
     attributes, ``__wrapped__`` for a test method the solution decorated), called with the object first."""
 
     __slots__ = ("_factory_self",)
 
     def __call__(self, *args, **kwargs):
-        return RemoteObject.__call__(self, object.__getattribute__(self, "_factory_self"), *args, **kwargs)
+        return _RemoteCallable.__call__(self, object.__getattribute__(self, "_factory_self"), *args, **kwargs)
+
+
+def _solution_function_key(value, client=None):
+    """The handle key of the solution's function that ``value`` stands for, if it is one of
+    :func:`_solution_function`'s real functions; else None."""
+    client = client or _CLIENT["client"]
+    if client is None or type(value) is not types.FunctionType:
+        return None
+    key = client.function_keys.get(id(value))
+    return key if key is not None and client.proxies.get(key) is value else None
+
+
+def _solution_function(client, remote, described):
+    """A real function standing for a plain function of a solution module (``type(f) is FunctionType``, as a
+    test may assert), or None where ``described`` is malformed (the handle ``remote`` then stands for it).
+
+    Its code is ours, generated from the solution's plain-data description (parameter names checked as
+    identifiers, defaults immutable plain data, annotations as text, name, qualname, module, doc, file and
+    line as data): calling it calls ``remote``, so the function runs in the solution's process with the
+    arguments crossing as they do for a handle. A default left out by the caller (the mirror's own default
+    object) is left out of the forwarded call, so the solution's own default applies. Its globals are this
+    runner's (its frame is this runner's, never a test's); it has no attributes of the solution's (only
+    functions without any are described), and what a test sets on it stays here. It is never collected as a
+    test (see ``_Outcomes.pytest_pycollect_makeitem``).
+    """
+    import inspect
+
+    try:
+        params = described["params"]
+        if type(params) is not list or len(params) > 255:
+            return None
+        text, names, kinds, defaults, kwdefaults, annotations = [], [], [], [], {}, {}
+        own = {}  # name -> the mirror's default object (left out of the call when passed back as is)
+        previous = None
+        for entry in params:
+            if type(entry) is not list or len(entry) != 5:
+                return None
+            name, kind, has_default, default, annotation = entry
+            if type(name) is not str or not name.isidentifier() or keyword.iskeyword(name) \
+                    or name.startswith("_factory") or name in names or type(kind) is not int or kind not in range(5) \
+                    or type(has_default) is not bool:
+                return None
+            if previous == 0 and kind != 0:
+                text.append("/")
+            if kind == 3 and 2 not in kinds and "*" not in text:
+                text.append("*")
+            text.append({2: "*", 4: "**"}.get(kind, "") + name)
+            if has_default:
+                value = client.decode(default)
+                if kind in (2, 4) or not _plain_default(value):
+                    return None
+                own[name] = value
+                if kind == 3:
+                    kwdefaults[name] = value
+                else:
+                    defaults.append(value)
+            if type(annotation) is str:
+                annotations[name] = _AnnotationText(annotation[:200])
+            names.append(name)
+            kinds.append(kind)
+            previous = kind
+        if previous == 0:
+            text.append("/")
+        source = (f"def _factory_make(_factory_forward):\n    def _factory_mirror({', '.join(text)}):\n"
+                  f"        return _factory_forward(({''.join(n + ', ' for n in names)}))\n"
+                  "    return _factory_mirror\n")
+        scratch = {}
+        exec(compile(source, "<a solution's function>", "exec"), scratch)  # noqa: S102 -- our own template
+
+        def forward(values):
+            omitted = [name in own and value is own[name] for name, value in zip(names, values)]
+            # Positional parameters before a positional-only one that was passed (or extra positional
+            # arguments) must go positionally, even where the caller passed the default's very object.
+            last = max([i for i, kind in enumerate(kinds) if kind == 0 and not omitted[i]], default=-1)
+            if 2 in kinds and values[kinds.index(2)]:
+                last = kinds.index(2)
+            args, kwargs, skipped = [], {}, False
+            for index, (name, kind, value) in enumerate(zip(names, kinds, values)):
+                if kind == 2:
+                    args.extend(value)
+                elif kind == 4:
+                    kwargs.update(value)
+                elif kind in (0, 1) and index <= last:
+                    args.append(value)
+                elif omitted[index]:
+                    skipped = True
+                elif kind == 3 or skipped:
+                    kwargs[name] = value
+                else:
+                    args.append(value)
+            return remote(*args, **kwargs)
+
+        inner = scratch["_factory_make"](forward)
+        code = described.get("code")
+        filename, line = (code if type(code) is list and len(code) == 2 and type(code[0]) is str
+                          and type(code[1]) is int else ["<solution>", 1])
+        name = described.get("name")
+        name = name[:200] if type(name) is str and name.isidentifier() else "function"
+        made = types.FunctionType(inner.__code__.replace(co_name=name, co_filename=filename[:500],
+                                                         co_firstlineno=max(1, min(line, 10_000_000))),
+                                  globals(), name, tuple(defaults) or None, inner.__closure__)
+        made.__kwdefaults__ = kwdefaults or None
+        if type(described.get("ret")) is str:
+            annotations["return"] = _AnnotationText(described["ret"][:200])
+        made.__annotations__ = annotations
+        for attribute, limit in (("qualname", 500), ("module", 200), ("doc", 20_000)):
+            value = described.get(attribute)
+            if type(value) is str or (attribute == "doc" and value is None):
+                setattr(made, f"__{attribute}__", value if value is None else value[:limit])
+        inspect.signature(made)  # (one that does not resolve: the handle stands for it)
+        return made
+    except (KeyError, TypeError, ValueError, SyntaxError, WireError, OverflowError):
+        return None
 
 
 #: The one connection to the solution of this run (what an unpickled handle reconnects to).
@@ -2940,7 +3110,7 @@ _CLASS_MACHINERY = frozenset({"__module__", "__qualname__", "__dict__", "__weakr
                               "__orig_bases__", "__annotations__", "__parameters__", "__class__"})
 
 
-class _MixedObject(RemoteObject):
+class _MixedObject(_RemoteCallable):
     """An object of a test's class deriving from a solution class (see :func:`_mixed_class`).
 
     It lives in the solution's process; here it is an instance of the test's
@@ -3159,6 +3329,14 @@ class _Outcomes:
     def pytest_pycollect_makeitem(self, collector, name, obj):
         # A test function the solution replaced by something pytest cannot collect (a decorator returning a
         # non-function) would vanish from the run silently: it fails instead.
+        solution_function = _solution_function_key(obj) is not None
+        if solution_function and collector.funcnamefilter(name):
+            # A real function standing for the solution's is never a test pytest runs (a decorator of the
+            # solution returning one would have the test pass without running it): as a handle, it fails
+            # where it replaced a test the file defines, and is not collected otherwise.
+            if name in self.defined_functions(collector.path):
+                self.replaced(collector, name)
+            return []
         if isinstance(obj, (types.FunctionType, type, staticmethod, classmethod)) \
                 or not collector.funcnamefilter(name) or name not in self.defined_functions(collector.path):
             return None
@@ -3172,13 +3350,17 @@ class _Outcomes:
             wrapped = None
         if not isinstance(wrapped, types.FunctionType) or wrapped.__name__ != name:
             # (the name too: a wrapper must not borrow another test's function, and with it its marks)
-            node = f"{collector.nodeid}::{name}"
-            self.outcomes[node] = "failed"
-            self.messages[node] = ("the test function was replaced (by a decorator of the solution) with something "
-                                   "that does not wrap it (no __wrapped__): it cannot be collected, so it fails")
-            self.boundary.append({"test": node, "what": "a test function decorated by the solution does not "
-                                                        "carry __wrapped__, so pytest cannot collect it"})
+            self.replaced(collector, name)
         return None
+
+    def replaced(self, collector, name):
+        """Fail the test ``name`` that a decorator of the solution replaced with something not wrapping it."""
+        node = f"{collector.nodeid}::{name}"
+        self.outcomes[node] = "failed"
+        self.messages[node] = ("the test function was replaced (by a decorator of the solution) with something "
+                               "that does not wrap it (no __wrapped__): it cannot be collected, so it fails")
+        self.boundary.append({"test": node, "what": "a test function decorated by the solution does not "
+                                                    "carry __wrapped__, so pytest cannot collect it"})
 
     def defined_functions(self, path):
         """Names of the functions a test file defines (``def``), read from its source."""
