@@ -1206,6 +1206,10 @@ class SolutionClient(Endpoint):
             handle["cname"] = _safe_name(value.__name__, "TestError")
             handle["bases"] = [self.handle_of(base) for base in value.__bases__
                                if getattr(builtins, base.__name__, None) is not base]
+        if isinstance(value, types.CoroutineType):
+            handle["await"] = "coro"  # the solution awaits it (or runs it): it runs here, to its end
+        elif kind == "object" and isinstance(value, collections.abc.Awaitable):
+            handle["await"] = "obj"
         if kind in ("object", "callable"):
             std = self.standard_bases.get(type(value))
             if std is None:
@@ -1500,6 +1504,10 @@ class SolutionClient(Endpoint):
             else:
                 target[key] = self.decode(request.get("v"))
             return None
+        if op == "await":  # an awaitable of the test's the solution awaits: run here, to its end
+            return _run_to_end(target)
+        if op == "close" and isinstance(target, types.CoroutineType):
+            return target.close()
         if op == "enter":
             return type(target).__enter__(target)
         if op == "exit":
@@ -1549,6 +1557,9 @@ class SolutionClient(Endpoint):
                 made = mixed._factory_new(self, key, _safe_name(data.get("type"), "object"), kind == "callable")
             elif data.get("zone") is True and kind == "object":  # a tzinfo of the solution's: one here too
                 made = _RemoteZone(self, key)
+            elif kind == "object" and data.get("await") in ("coro", "obj"):  # awaited there, to its end
+                made = (_RemoteCoroutine if data["await"] == "coro" else _RemoteAwaitable)(
+                    self, key, _safe_name(data.get("type"), "object"))
             elif kind == "callable" and data.get("bind") is True:
                 made = _RemoteFunction(self, key, _safe_name(data.get("type"), "object"), callable_=True)
                 function = _solution_function(self, made, data.get("fn")) if type(data.get("fn")) is dict else None
@@ -2673,6 +2684,60 @@ class RemoteObject:
         return cls if isinstance(cls, type) else RemoteObject
 
 
+def _run_to_end(awaitable):
+    """What awaiting the test's ``awaitable`` gives, run to its end in an event loop of its own.
+
+    The solution awaits it while the test's loop (if any) waits in a call into
+    the solution: that loop is set aside meanwhile, as in a nested run.
+    """
+    import asyncio
+
+    async def awaiting():
+        return await awaitable
+
+    outer = asyncio.events._get_running_loop()
+    loop = asyncio.new_event_loop()
+    asyncio.events._set_running_loop(None)
+    try:
+        return loop.run_until_complete(awaiting())
+    finally:
+        loop.close()
+        asyncio.events._set_running_loop(outer)
+
+
+class _RemoteAwaitable(RemoteObject):
+    """An awaitable of the solution's: awaiting it runs it there, to its end, in the solution's own event loop
+    (a loop cannot span two processes), while this side waits and serves the calls it makes back."""
+
+    __slots__ = ()
+
+    def __await__(self):
+        return self._op("await")
+        yield  # (a generator: ``await`` gets the result when it stops)
+
+
+class _RemoteCoroutine(_RemoteAwaitable):
+    """A coroutine of the solution's (``asyncio.run(solution.fetch())``, ``loop.run_until_complete``,
+    ``create_task``): a Task drives it by ``send``, which runs it to its end there."""
+
+    __slots__ = ()
+
+    def send(self, value):
+        if value is not None:
+            raise TypeError("can't send non-None value to a just-started coroutine")
+        raise StopIteration(self._op("await"))
+
+    def throw(self, kind, value=None, traceback=None):
+        self.close()
+        raise value if value is not None else kind
+
+    def close(self):
+        self._op("callmethod", name="close", a=[])
+
+
+collections.abc.Coroutine.register(_RemoteCoroutine)
+
+
 class _RemoteCallable(RemoteObject):
     """A handle on a callable object of the solution (a handle on anything else has no ``__call__``: a test's
     ``callable(x)`` is the solution's answer, as in-process)."""
@@ -3319,7 +3384,11 @@ class _Outcomes:
         _RUN["watch"], _RUN["ran"] = None, False
         _RUN["args"] = dict(getattr(item, "funcargs", {}) or {})
         obj = getattr(item, "obj", None)
-        if getattr(type(obj), "_factory_handle_of", None) is not None:
+        if _solution_function_key(getattr(obj, "__func__", obj)) is not None:
+            # (a unittest method a decorator of the solution replaced with a real function standing for one of
+            # its own: it wraps nothing, so the pass never counts)
+            self.watched.add(item.nodeid)
+        elif getattr(type(obj), "_factory_handle_of", None) is not None:
             try:
                 _RUN["watch"] = obj.__wrapped__
             except BaseException:
