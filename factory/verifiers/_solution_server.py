@@ -410,6 +410,11 @@ class _TrustedCoroutine(_TrustedAwaitable):
             raise TypeError("can't send non-None value to a just-started coroutine")
         raise StopIteration(self._op("await"))
 
+    def __next__(self):  # (what a Task's step calls, as PyIter_Send does for an object with tp_iternext)
+        return self.send(None)
+
+    __iter__ = None  # not iterable, as a coroutine is not
+
     def throw(self, kind, value=None, traceback=None):
         self.close()
         raise value if value is not None else kind
@@ -1511,6 +1516,8 @@ class SolutionServer(Endpoint):
         self.apply_context(request)
         refs = Refs()
         try:
+            if "shs" in request:  # (a request the serving loop took: incoming() did not see it)
+                self.shared.apply(request.pop("shs"), self.value)
             result = self.dispatch(request, refs)
             op = request.get("op")
             test_owned = id(result) in self.shared.keys  # the test's own container: it crosses back as itself

@@ -2727,6 +2727,11 @@ class _RemoteCoroutine(_RemoteAwaitable):
             raise TypeError("can't send non-None value to a just-started coroutine")
         raise StopIteration(self._op("await"))
 
+    def __next__(self):  # (what a Task's step calls, as PyIter_Send does for an object with tp_iternext)
+        return self.send(None)
+
+    __iter__ = None  # not iterable, as a coroutine is not
+
     def throw(self, kind, value=None, traceback=None):
         self.close()
         raise value if value is not None else kind
