@@ -70,6 +70,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
+from factory.errors import SandboxError
 from factory.sandbox import ExecResult, SandboxLimits, SandboxSpec, create_sandbox, sandbox_folder
 from factory.tasks import Task
 from factory.verifiers._boundary import BOUNDARY_DIR, SETTINGS_NAME
@@ -393,6 +394,32 @@ def parse_report(result: ExecResult, nonce: str, modules: list[str], command: st
                        modules=modules, output_truncated=result.output_truncated)
 
 
+async def await_trusted(trusted: asyncio.Future, server: asyncio.Future, socket_path: str) -> Any:
+    """The trusted side's answer, or a :class:`SandboxError` at once if the solution's server ends unheard.
+
+    The trusted side waits for the server's socket as long as the run may take: on a loaded machine a
+    container's start and the server's interpreter can take longer than any fixed wait (a 30 s one made
+    verdicts infrastructure errors under a full test suite). A server that ended before it ever listened
+    had run no agent code, so its death is the infrastructure's failure, said with its output, without
+    waiting for the run's time limit.
+
+    Args:
+        trusted: The trusted side's run.
+        server: The solution server's ``exec``.
+        socket_path: The server's socket, as this process sees it.
+    """
+    await asyncio.wait({trusted, server}, return_when=asyncio.FIRST_COMPLETED)
+    if not trusted.done() and not os.path.exists(socket_path):
+        trusted.cancel()
+        await asyncio.gather(trusted, return_exceptions=True)
+        failure = server.exception()
+        ended = server.result() if failure is None else None
+        said = (f"{type(failure).__name__}: {failure}" if ended is None
+                else f"exit {ended.exit_code}: {(ended.stderr or ended.stdout)[-600:]}")
+        raise SandboxError(f"the solution's server ended before it listened: {said}")
+    return await trusted
+
+
 async def run_isolated(task: Task, solution: Mapping[str, str | bytes], args: list[str] | None, *, sandbox: str,
                        limits: SandboxLimits, timeout_s: float, call_timeout_s: float | None = None,
                        command: str | None = None, warm: bool = True) -> IsolatedRun:
@@ -445,7 +472,7 @@ async def run_isolated(task: Task, solution: Mapping[str, str | bytes], args: li
         call_timeout = call_timeout_s or timeout_s / 2
         programs = sorted(p for p in solution if p not in data and p not in tests)
         boundary = {"socket": f"{shared_path}/{SOCKET_NAME}", "modules": modules, "programs": programs,
-                    "scratch": scratch, "call_timeout": call_timeout, "connect_timeout": min(30.0, timeout_s)}
+                    "scratch": scratch, "call_timeout": call_timeout, "connect_timeout": timeout_s}
         bootstrap = bootstrap_files(boundary)
         markers = package_markers(solution, {**data, **tests})
         trusted_spec = SandboxSpec(files=data, readonly_files={**markers, **tests, **bootstrap}, limits=limits,
@@ -471,11 +498,13 @@ async def run_isolated(task: Task, solution: Mapping[str, str | bytes], args: li
                     runner_settings = {"socket": boundary["socket"], "modules": modules,
                                        "args": [*args, f"--basetemp={scratch}/pytest"], "nonce": nonce,
                                        "call_timeout": call_timeout, "connect_timeout": boundary["connect_timeout"]}
-                    result = await trusted_box.exec(trusted_command(RUNNER_NAME), timeout=timeout_s,
-                                                    stdin=json.dumps(runner_settings))
+                    trusted = trusted_box.exec(trusted_command(RUNNER_NAME), timeout=timeout_s,
+                                               stdin=json.dumps(runner_settings))
                 else:
-                    result = await trusted_box.exec(trusted_command(LAUNCHER_NAME), timeout=timeout_s,
-                                                    stdin=json.dumps({"nonce": nonce, "command": command}))
+                    trusted = trusted_box.exec(trusted_command(LAUNCHER_NAME), timeout=timeout_s,
+                                               stdin=json.dumps({"nonce": nonce, "command": command}))
+                result = await await_trusted(asyncio.ensure_future(trusted), server,
+                                             os.path.join(shared, SOCKET_NAME))
             finally:
                 # The trusted side is done, so the front door has nothing left to serve: stop it.
                 server.cancel()

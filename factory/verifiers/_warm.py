@@ -54,6 +54,7 @@ from factory.verifiers._isolation import (
     _run_file,
     _script,
     _with_bytecode,
+    await_trusted,
     bootstrap_source,
     module_names,
     package_markers,
@@ -280,7 +281,7 @@ async def run_warm(task: Task, solution: Mapping[str, str | bytes], args: list[s
         call_timeout = call_timeout_s or timeout_s / 2
         programs = sorted(p for p in solution if p not in data and p not in tests)
         boundary = {"socket": f"{channel_in}/{SOCKET_NAME}", "modules": modules, "programs": programs,
-                    "scratch": scratch, "call_timeout": call_timeout, "connect_timeout": min(30.0, timeout_s)}
+                    "scratch": scratch, "call_timeout": call_timeout, "connect_timeout": timeout_s}
         # The bootstrap every Python process of the test command loads (the runner's own code is preloaded).
         bootstrap = {**_with_bytecode("sitecustomize.py", bootstrap_source()),
                      f"{BOUNDARY_DIR}/{SETTINGS_NAME}": json.dumps(boundary)}
@@ -313,7 +314,7 @@ async def run_warm(task: Task, solution: Mapping[str, str | bytes], args: list[s
                 server = asyncio.ensure_future(solution_box.exec(
                     server_command(channel_in), timeout=timeout_s + 5, stdin=json.dumps(server_settings)))
                 try:
-                    answer = await trusted
+                    answer = await await_trusted(trusted, server, os.path.join(channel, SOCKET_NAME))
                 finally:
                     server.cancel()
                     await asyncio.gather(server, return_exceptions=True)

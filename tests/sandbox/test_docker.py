@@ -241,9 +241,10 @@ def _verdicts(db: Path) -> dict:
     with duckdb.connect(str(db), read_only=True) as connection:
         rows = connection.execute("SELECT task_id, branch_index, verifier, ok, status, score, details "
                                   "FROM verdicts").fetchall()
-    return {(task, branch, verifier): (ok, status, round(score or 0, 6), json.loads(details).get("passed"),
-                                       json.loads(details).get("total"), json.loads(details).get("hack_detected"))
-            for task, branch, verifier, ok, status, score, details in rows}
+    # An error verdict's code and exception are part of what is compared, so a mismatch says what went wrong.
+    return {(task, branch, verifier): (ok, status, round(score or 0, 6), *(json.loads(details).get(key) for key in (
+        "passed", "total", "hack_detected", "code", "exception"))) for task, branch, verifier, ok, status, score,
+            details in rows}
 
 
 def test_fork_on_docker_verifies_code_tasks_as_bwrap_does(tmp_path):

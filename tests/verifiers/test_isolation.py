@@ -264,3 +264,25 @@ def test_module_names_never_shadow_the_trusted_side():
                           "notes.txt": "", "bad-name.py": ""},
                          {"tests_helper.py": "", "test_x.py": ""})
     assert names == ["lib", "pkg", "solution"]
+
+
+def test_a_server_that_ends_before_it_listens_is_an_infrastructure_error_at_once(tmp_path):
+    """The trusted side may wait for the socket as long as the run lasts; a dead server is said at once."""
+    from factory.errors import SandboxError
+    from factory.sandbox import SandboxSpec, create_sandbox
+    from factory.verifiers._isolation import await_trusted
+
+    async def body():
+        async with create_sandbox("bwrap", SandboxSpec()) as one, create_sandbox("bwrap", SandboxSpec()) as other:
+            trusted = asyncio.ensure_future(one.exec("sleep 60", timeout=90))
+            server = asyncio.ensure_future(other.exec("echo 'no module named x' >&2; exit 1", timeout=90))
+            with pytest.raises(SandboxError, match="ended before it listened: exit 1: no module named x"):
+                await await_trusted(trusted, server, str(tmp_path / "never.sock"))
+            assert trusted.cancelled()  # never waited for: the dead server was noticed when it ended
+            # A server that listened and ended later (agent code may end it) leaves the trusted side to report.
+            (tmp_path / "listened.sock").write_text("")
+            done = asyncio.ensure_future(one.exec("sleep 1; echo report", timeout=90))
+            ended = asyncio.ensure_future(other.exec("exit 0", timeout=90))
+            return (await await_trusted(done, ended, str(tmp_path / "listened.sock"))).stdout
+
+    assert asyncio.run(body()) == "report\n"
