@@ -61,7 +61,12 @@ time it crosses): what the solution sets on the mirror stays there, and
 its code, globals, closure and ``__wrapped__`` are the mirror's own. The
 solution's functions show a test ``inspect.signature``, ``__doc__``,
 ``__module__``, ``__wrapped__`` and a stand-in ``__code__`` (flags, file
-name) as data; pytest itself never takes a signature from the solution. A failure of
+name) as data; pytest itself never takes a signature from the solution. A plain
+function at the top level of a solution module (no attributes, no ``__wrapped__``, not a generator or
+coroutine, immutable plain-data defaults) is a real function here
+(:func:`_solution_function`: ``type(f) is FunctionType``; our generated code with its signature, calling
+the handle), which goes back to the solution as its own function and is never collected or counted as a
+test; what a test sets on it stays here. A failure of
 pytest's (``pytest.fail``, a skip) or a :class:`BoundaryError` raised in
 the test's code during a solution call is re-raised once the call returns,
 whatever the solution did with it. A decorated test counts only if its own
@@ -1278,6 +1283,8 @@ class SolutionClient(Endpoint):
             for attribute in ("name", "qualname", "module", "doc"):
                 value = getattr(own, f"__{attribute}__", None)
                 described[attribute] = value[:20_000] if type(value) is str else None
+            if type(function) is types.FunctionType:  # (as the "repr" op answers; a function's runs no test code)
+                described["repr"] = repr(function)[:1000]
             self.described[key] = described
         attrs = []
         self.describing.add(key)
@@ -1567,7 +1574,9 @@ class SolutionClient(Endpoint):
                     self.function_keys[id(function)] = key
                     made = function
             else:
-                made = (_RemoteCallable if kind == "callable" else RemoteObject)(
+                kinds = (_RemoteCallableDescriptor, _RemoteDescriptor) if data.get("get") is True else (
+                    _RemoteCallable, RemoteObject)
+                made = kinds[0 if kind == "callable" else 1](
                     self, key, _safe_name(data.get("type"), "object"), callable_=kind == "callable")
                 if data.get("selfiter") is True:
                     self.self_iterators.add(key)
@@ -1734,6 +1743,57 @@ def _exit_ends_script():
         seen = True
         frame = frame.f_back
     return seen
+
+
+_WITH_SOURCES = {}  # file name -> its parsed source (or None), for _ends_its_block
+
+
+def _ends_its_block(frame, exc):
+    """Whether ``exc``, leaving the ``with`` block that ``frame`` (the caller of ``__exit__``) runs, was raised
+    by the block's last statement, so that suppressing it skips nothing of the block (``with
+    suppress(KeyError): d["k"]``); a statement of its own that holds blocks must be the last of each."""
+    import ast
+    import linecache
+
+    line = None
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame is frame:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    filename = frame.f_code.co_filename
+    if line is None:
+        return False
+    if filename not in _WITH_SOURCES or filename.startswith("<"):
+        try:
+            _WITH_SOURCES[filename] = ast.parse("".join(linecache.getlines(filename, frame.f_globals)))
+        except (SyntaxError, ValueError, TypeError):
+            _WITH_SOURCES[filename] = None
+    tree = _WITH_SOURCES[filename]
+    for node in ast.walk(tree) if tree is not None else ():
+        if isinstance(node, (ast.With, ast.AsyncWith)) and node.body and frame.f_lineno in (
+                node.lineno, *[item.context_expr.lineno for item in node.items]) \
+                and node.body[0].lineno <= line <= (node.body[-1].end_lineno or 0):
+            return _last_in(node.body, line)
+    return False
+
+
+def _last_in(body, line):
+    """Whether ``line`` is in the last statement of ``body`` (in the last statement of its own blocks, never
+    in the header of one: a loop's or condition's)."""
+    import ast
+
+    statement = body[-1]
+    if not statement.lineno <= line <= (statement.end_lineno or statement.lineno):
+        return False
+    blocks = [getattr(statement, name, None) for name in ("body", "orelse", "finalbody")]
+    blocks = [block for block in blocks if isinstance(block, list) and block and isinstance(block[0], ast.stmt)]
+    if not blocks:
+        return True
+    for block in blocks:
+        if block[0].lineno <= line <= (block[-1].end_lineno or block[-1].lineno):
+            return _last_in(block, line)
+    return False
 
 
 def _called_by_test():
@@ -2238,6 +2298,33 @@ class _BuiltinValue:
     def __delattr__(self, name):
         delattr(self._factory_remote(), name)
 
+    def __reduce_ex__(self, protocol):  # (pickle, copy) the solution pickles its own object, as RemoteObject
+        return _pickled_by_solution(self._factory_key, protocol)
+
+
+#: A proxy's own attributes (``_factory_key``...), where its ``__dict__`` property does not reach.
+_PROXY_DICT = _BuiltinValue.__dict__["__dict__"]
+
+
+def _value_dict(self):
+    """``x.__dict__`` / ``vars(x)`` in a test: the solution object's own attributes (a class caching its hash
+    there); elsewhere the proxy's own."""
+    if not _by_test(sys._getframe(1)):
+        return _PROXY_DICT.__get__(self)
+    return self._factory_remote()._op("getattr", name="__dict__")
+
+
+def _value_hash(base):
+    """``hash()`` of an object whose class overrides ``__hash__``: the builtin's, computed here, after the
+    solution's own ran on its object (what it keeps there, a cached hash, is as in-process; its answer is not
+    used: a subclass cannot steer a lookup here)."""
+    own = base.__hash__
+
+    def __hash__(self):
+        self._factory_call("__hash__", (), {})
+        return own(self)
+    return __hash__
+
 
 def _value_class(base, kind, name, overridden):
     """The proxy class for one solution class deriving from ``base`` (see :class:`_BuiltinValue`)."""
@@ -2274,6 +2361,9 @@ def _value_class(base, kind, name, overridden):
         for method_name in _VALUE_COMPARISONS:
             namespace[method_name] = comparison(method_name)
         namespace["__hash__"] = None
+    elif "__hash__" in overridden:
+        namespace["__hash__"] = _value_hash(base)
+    namespace["__dict__"] = property(_value_dict)
     for method_name in ("__repr__", "__str__"):
         if method_name in overridden:
             def text(self, _name=method_name):
@@ -2631,7 +2721,14 @@ class RemoteObject:
             # An exception of the block's (a test's ``raise``, or the solution's own code): its __exit__ sees it
             # and may suppress it, as in-process (``suppress``, a ``contextmanager`` whose generator catches it).
             client = object.__getattribute__(self, "_client")
-            return self._op("exit", exc=client.exception_info(exc)) is True
+            if self._op("exit", exc=client.exception_info(exc)) is not True:
+                return False
+            if not _ends_its_block(sys._getframe(1), exc):
+                # Swallowed before the block's end, it would skip the test's checks after it (as a decorator of
+                # the solution's that swallowed a test function's error): the test fails, saying why.
+                raise BoundaryError(f"the solution's context manager suppressed {type(exc).__name__}, raised "
+                                    "before the last statement of the test's with block") from exc
+            return True
         # A test's failure (an assertion, pytest's outcomes) stays here: the solution never sees or swallows it.
         result = self._op("getattr", name="__exit__")(None, None, None)
         return exc_info[0] is None and result is True
@@ -2769,6 +2866,26 @@ class _RemoteFunction(_RemoteCallable):
                               object.__getattribute__(self, "_type"), True)
         object.__setattr__(bound, "_factory_self", obj)
         return bound
+
+
+class _Described:
+    """A descriptor of the solution's (its class defines ``__get__``: ``curry`` or a property subclass on a test's
+    class, or called as ``p.__get__(obj)``): the solution's own ``__get__`` runs there, with the test's object and
+    class as handles, and what it returns crosses as any result does."""
+
+    __slots__ = ()
+
+    def __get__(self, obj, *owner):
+        client = object.__getattribute__(self, "_client")
+        return self._op("get", a=[client.encode(value) for value in (obj, *owner[:1])])
+
+
+class _RemoteDescriptor(_Described, RemoteObject):
+    __slots__ = ()
+
+
+class _RemoteCallableDescriptor(_Described, _RemoteCallable):
+    __slots__ = ()
 
 
 class _RemoteMethod(_RemoteCallable):
