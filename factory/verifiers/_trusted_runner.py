@@ -1745,6 +1745,12 @@ def _exit_ends_script():
     return seen
 
 
+def _tbs(tb):
+    while tb is not None:
+        yield tb
+        tb = tb.tb_next
+
+
 _WITH_SOURCES = {}  # file name -> its parsed source (or None), for _ends_its_block
 
 
@@ -2727,7 +2733,7 @@ class RemoteObject:
                 # Swallowed before the block's end, it would skip the test's checks after it (as a decorator of
                 # the solution's that swallowed a test function's error): the test fails, saying why.
                 raise BoundaryError(f"the solution's context manager suppressed {type(exc).__name__}, raised "
-                                    "before the last statement of the test's with block") from exc
+                                    f"before the last statement of the test's with block DEBUG {sys._getframe(1).f_code.co_filename} {sys._getframe(1).f_lineno} {[(t.tb_frame.f_code.co_name, t.tb_lineno) for t in _tbs(exc.__traceback__)]}") from exc
             return True
         # A test's failure (an assertion, pytest's outcomes) stays here: the solution never sees or swallows it.
         result = self._op("getattr", name="__exit__")(None, None, None)
@@ -2936,8 +2942,10 @@ def _solution_function(client, remote, described):
             name, kind, has_default, default, annotation = entry
             if type(name) is not str or not name.isidentifier() or keyword.iskeyword(name) \
                     or name.startswith("_factory") or name in names or type(kind) is not int or kind not in range(5) \
-                    or type(has_default) is not bool:
-                return None
+                    or type(has_default) is not bool or (previous is not None and (
+                        kind < previous or kind == previous in (2, 4))) \
+                    or (kind in (0, 1) and not has_default and any(n in own for n in names)):
+                return None  # (kinds in order, defaults trailing: the signature is the one described)
             if previous == 0 and kind != 0:
                 text.append("/")
             if kind == 3 and 2 not in kinds and "*" not in text:
