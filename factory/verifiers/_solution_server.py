@@ -740,6 +740,7 @@ class SolutionServer(Endpoint):
         self.ids = {}
         self.trusted = {}
         self.mirrors = {}  # id of a mirror of a test's function -> its key (kept alive by self.trusted)
+        self.mirror_reprs = {}  # key of a mirrored test function -> that function's repr there
         self.dataclass_mirrors = {}  # key of a test's dataclass instance -> its mirror here
         self.dataclass_keys = {}  # id of such a mirror -> the key
         self.dataclass_classes = {}  # (the test's class key, its field names) -> the mirror's class
@@ -921,6 +922,9 @@ class SolutionServer(Endpoint):
             handle["k"] = "module"
             handle["name"] = obj.__name__
             handle["package"] = hasattr(obj, "__path__")
+            doc = vars(obj).get("__doc__")
+            if type(doc) is str:
+                handle["doc"] = doc[:20_000]  # the module's docstring, as data
         elif isinstance(obj, type):
             handle["k"] = "class"
             handle["name"] = obj.__qualname__
@@ -957,6 +961,9 @@ class SolutionServer(Endpoint):
                     handle["selfiter"] = True  # an iterator of its own: iter() returns it
                 if not hasattr(type(obj), "__len__"):
                     handle["nolen"] = True  # list() asks len() first: refused here, not asked
+        if handle.get("k") in ("callable", "object") and not isinstance(obj, types.FunctionType) and hasattr(
+                type(obj), "__get__"):
+            handle["get"] = True  # a descriptor: on a test's class, its __get__ runs here
         if not isinstance(obj, type) and _MIXED_KEYS.get(id(type(obj))) is not None:
             handle["mixed"] = _MIXED_KEYS[id(type(obj))]  # an object of a test's class: one there too
         return handle
@@ -1179,12 +1186,25 @@ class SolutionServer(Endpoint):
                     _CUSTOM_EQ.add(key)
             else:
                 self.mirrors[id(made)] = key
+                if type(described.get("repr")) is str:
+                    self.mirror_reprs[key] = described["repr"][:1000]
             self.trusted[key] = made
         made = self.trusted[key]
         if described is not None and id(made) in self.mirrors:
             self.refresh_mirror(key, made, described.get("attrs"))
             self.refresh_signature(key, made, described)
         return made
+
+    def shown(self, text):
+        """A repr or str the test asked for, with each mirror's own repr in it read as the test's function's
+        (``Compose(<function f at 0x...>)`` shows the address of the function the test holds, not its mirror's)."""
+        if type(text) is not str or " at 0x" not in text:
+            return text
+        for key, trusted in self.mirror_reprs.items():
+            own = repr(self.trusted[key])
+            if own in text:
+                text = text.replace(own, trusted)
+        return text
 
     def refresh_signature(self, key, mirror, described):
         """The test function's signature as it is now, where it changed since the mirror was made (the test set
@@ -1384,10 +1404,15 @@ class SolutionServer(Endpoint):
             return iter(target)
         if op == "next":
             return next(target)
+        if op == "get":  # a descriptor's own __get__, with the arguments the trusted side's lookup gave it
+            values = request.get("a")
+            if type(values) is not list or not 1 <= len(values) <= 2:
+                raise WireError("malformed __get__")
+            return type(target).__get__(target, *[self.value(value) for value in values])
         if op == "str":
-            return str(target)
+            return self.shown(str(target))
         if op == "repr":
-            return repr(target)
+            return self.shown(repr(target))
         if op == "getitem":
             return target[self.value(request["key"])]
         if op == "setitem":

@@ -1548,6 +1548,8 @@ class SolutionClient(Endpoint):
         name = _safe_name(data.get("name") or data.get("type") or "object")
         if kind == "module":
             made = RemoteModule(str(data.get("name", name))[:200], self, key, bool(data.get("package")))
+            if type(data.get("doc")) is str:  # its docstring, as the solution states it (``__doc__`` stays local)
+                object.__setattr__(made, "__doc__", data["doc"][:20_000])
         elif kind == "class":
             made = None
             if type(data.get("members")) is dict:
@@ -1745,31 +1747,36 @@ def _exit_ends_script():
     return seen
 
 
-def _tbs(tb):
-    while tb is not None:
-        yield tb
-        tb = tb.tb_next
-
-
 _WITH_SOURCES = {}  # file name -> its parsed source (or None), for _ends_its_block
 
 
-def _ends_its_block(frame, exc):
-    """Whether ``exc``, leaving the ``with`` block that ``frame`` (the caller of ``__exit__``) runs, was raised
-    by the block's last statement, so that suppressing it skips nothing of the block (``with
-    suppress(KeyError): d["k"]``); a statement of its own that holds blocks must be the last of each."""
-    import ast
-    import linecache
-
-    line = None
+def _raised_at(frame, exc):
+    """The line of ``frame`` that ``exc`` came through and the span (line, end line, column, end column) of the
+    expression that raised it there (None if it did not come through ``frame``)."""
+    found = None
     tb = exc.__traceback__
     while tb is not None:
         if tb.tb_frame is frame:
-            line = tb.tb_lineno
+            found = tb
         tb = tb.tb_next
+    if found is None:
+        return None
+    try:
+        span = tuple(list(frame.f_code.co_positions())[found.tb_lasti // 2])
+    except (IndexError, ValueError):
+        span = (None,) * 4
+    return found.tb_lineno, span
+
+
+def _ends_its_block(frame, line, span):
+    """Whether the exception leaving the ``with`` block that ``frame`` (the caller of ``__exit__``) runs, raised
+    at ``line`` by the expression at ``span``, came from the block's last step, so that suppressing it skips
+    nothing the block would have done (``with suppress(KeyError): d["k"]``; never an ``assert`` whose check it
+    would skip). See :func:`_last_in`."""
+    import ast
+    import linecache
+
     filename = frame.f_code.co_filename
-    if line is None:
-        return False
     if filename not in _WITH_SOURCES or filename.startswith("<"):
         try:
             _WITH_SOURCES[filename] = ast.parse("".join(linecache.getlines(filename, frame.f_globals)))
@@ -1780,13 +1787,16 @@ def _ends_its_block(frame, exc):
         if isinstance(node, (ast.With, ast.AsyncWith)) and node.body and frame.f_lineno in (
                 node.lineno, *[item.context_expr.lineno for item in node.items]) \
                 and node.body[0].lineno <= line <= (node.body[-1].end_lineno or 0):
-            return _last_in(node.body, line)
+            return _last_in(node.body, line, span)
     return False
 
 
-def _last_in(body, line):
-    """Whether ``line`` is in the last statement of ``body`` (in the last statement of its own blocks, never
-    in the header of one: a loop's or condition's)."""
+def _last_in(body, line, span):
+    """Whether ``line`` is in the last statement of ``body`` and ``span`` is what that statement evaluates last:
+    a ``raise``, a definition's decorators, or the whole value of an expression statement, assignment or
+    ``return`` (``int("x")``, ``d[key]``; never a call inside an argument, whose caller would be skipped,
+    nor an ``assert``); in a statement that holds blocks, the last statement of the block that ran (never its
+    header: a loop's, condition's or context manager's)."""
     import ast
 
     statement = body[-1]
@@ -1794,12 +1804,18 @@ def _last_in(body, line):
         return False
     blocks = [getattr(statement, name, None) for name in ("body", "orelse", "finalbody")]
     blocks = [block for block in blocks if isinstance(block, list) and block and isinstance(block[0], ast.stmt)]
-    if not blocks:
+    if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Raise)):
         return True
-    for block in blocks:
-        if block[0].lineno <= line <= (block[-1].end_lineno or block[-1].lineno):
-            return _last_in(block, line)
-    return False
+    if blocks:
+        for block in blocks:
+            if block[0].lineno <= line <= (block[-1].end_lineno or block[-1].lineno):
+                return _last_in(block, line, span)
+        return False
+    if isinstance(statement, (ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Return)):
+        value = statement.value
+        return value is not None and span == (value.lineno, value.end_lineno, value.col_offset,
+                                              value.end_col_offset)
+    return not isinstance(statement, ast.Assert)
 
 
 def _called_by_test():
@@ -2727,13 +2743,15 @@ class RemoteObject:
             # An exception of the block's (a test's ``raise``, or the solution's own code): its __exit__ sees it
             # and may suppress it, as in-process (``suppress``, a ``contextmanager`` whose generator catches it).
             client = object.__getattribute__(self, "_client")
+            frame = sys._getframe(1)
+            where = _raised_at(frame, exc)  # (before the solution's __exit__: a generator it throws into adds on)
             if self._op("exit", exc=client.exception_info(exc)) is not True:
                 return False
-            if not _ends_its_block(sys._getframe(1), exc):
+            if where is None or not _ends_its_block(frame, *where):
                 # Swallowed before the block's end, it would skip the test's checks after it (as a decorator of
                 # the solution's that swallowed a test function's error): the test fails, saying why.
-                raise BoundaryError(f"the solution's context manager suppressed {type(exc).__name__}, raised "
-                                    f"before the last statement of the test's with block DEBUG {sys._getframe(1).f_code.co_filename} {sys._getframe(1).f_lineno} {[(t.tb_frame.f_code.co_name, t.tb_lineno) for t in _tbs(exc.__traceback__)]}") from exc
+                raise BoundaryError(f"the solution's context manager suppressed {type(exc).__name__}, which "
+                                    "did not come from the last step of the test's with block") from exc
             return True
         # A test's failure (an assertion, pytest's outcomes) stays here: the solution never sees or swallows it.
         result = self._op("getattr", name="__exit__")(None, None, None)
