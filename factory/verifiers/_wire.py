@@ -25,7 +25,11 @@ Frames are a 4-byte big-endian length and a UTF-8 JSON body, at most
 - *write-back* markers (``{"m": [index, body]}``, ``{"mr": index}``): the
   mutable containers (list, dict, set, bytearray) passed as arguments of
   one call, numbered so that the callee can send their final state back
-  and the caller can write it into its own objects (see :class:`Refs`).
+  and the caller can write it into its own objects (see :class:`Refs`);
+- *shared* markers (``{"sm": [key, body]}``, ``{"sr": key}``): the test's
+  containers the solution keeps (a cache dict handed to a decorator, one a
+  test's function returned), one object on each side while the solution
+  holds it, changes synced with the messages (see :class:`Shared`).
 
 Encoding checks exact types (``type(x) is int``, never ``isinstance``), so
 an ``int`` subclass with a lying ``__eq__`` can only cross as a handle;
@@ -48,15 +52,17 @@ import datetime
 import decimal
 import fractions
 import json
+import operator
 import os
 import pathlib
 import re
 import socket
 import struct
+import sys
 import time
 
-__all__ = ["MAX_DEPTH", "MAX_FRAME", "MAX_NESTING", "PLAIN_SCALARS", "Channel", "Endpoint", "Refs", "WireError",
-           "WorkspaceFiles", "container_states", "cwd_from_wire", "cwd_to_wire", "decode_item", "decode_value",
+__all__ = ["MAX_DEPTH", "MAX_FRAME", "MAX_NESTING", "PLAIN_SCALARS", "Channel", "Endpoint", "Refs", "Shared",
+           "WireError", "WorkspaceFiles", "container_states", "cwd_from_wire", "cwd_to_wire", "decode_item", "decode_value",
            "encode_item", "encode_value", "mirror_name_allowed", "states_of", "write_back"]
 
 MAX_FRAME = 64 * 1024 * 1024
@@ -379,7 +385,7 @@ def _ints(body, count):
     return body[:count]
 
 
-def encode_value(value, handle_of, depth=0, refs=None, record=False, objects=None):
+def encode_value(value, handle_of, depth=0, refs=None, record=False, objects=None, shared=None):
     """The tagged JSON form of ``value``.
 
     Args:
@@ -394,6 +400,8 @@ def encode_value(value, handle_of, depth=0, refs=None, record=False, objects=Non
             (the arguments of a call, for write-back).
         objects: Optional ``objects(value, nested)``: a side's own tagged
             form of ``value`` (``nested`` encodes its fields), or None.
+        shared: Optional :class:`Shared`: a container in it is sent as
+            ``{"sr": key}`` (the same object on the other side).
     """
     if depth > MAX_DEPTH:
         raise WireError(f"value nested deeper than {MAX_DEPTH}")
@@ -412,10 +420,14 @@ def encode_value(value, handle_of, depth=0, refs=None, record=False, objects=Non
         return {"r": [str(value.start), str(value.stop), str(value.step)]}
 
     def nested(item):
-        return encode_value(item, handle_of, depth + 1, refs, record, objects)
+        return encode_value(item, handle_of, depth + 1, refs, record, objects, shared)
 
     if value is _BUILTINS_NAMESPACE:  # a namespace's __builtins__ (exec() adds it): the receiver's own
         return {"bi": "__dict__"}
+    if shared is not None and kind in _MUTABLE and shared.keys:
+        key = shared.keys.get(id(value))
+        if key is not None:
+            return {"sr": key}
     if refs is not None and kind in _MUTABLE:
         index = refs.index.get(id(value))
         if index is not None:
@@ -448,7 +460,7 @@ def _encode_container(value, kind, nested):
     return {_CONTAINERS[kind]: [nested(item) for item in value]}
 
 
-def decode_value(data, handle_from, depth=0, refs=None, objects=None):
+def decode_value(data, handle_from, depth=0, refs=None, objects=None, shared=None):
     """Rebuild a value from its tagged form; handles go through ``handle_from``.
 
     Args:
@@ -459,6 +471,8 @@ def decode_value(data, handle_from, depth=0, refs=None, objects=None):
             builds, ``{"mr": i}`` is container ``i``.
         objects: Optional ``objects(tag, body, nested)`` for the side's own
             tags (:data:`SIDE_TAGS`); without it they are refused.
+        shared: Optional :class:`Shared`: ``{"sr": key}`` is its container;
+            ``{"sm": ...}`` adds one (only where ``shared`` is not the owner).
 
     Raises:
         WireError: For anything but the documented tags.
@@ -476,7 +490,7 @@ def decode_value(data, handle_from, depth=0, refs=None, objects=None):
     (tag, body), = data.items()
 
     def nested(item):
-        return decode_value(item, handle_from, depth + 1, refs, objects)
+        return decode_value(item, handle_from, depth + 1, refs, objects, shared)
 
     try:
         if tag == "i":
@@ -510,6 +524,15 @@ def decode_value(data, handle_from, depth=0, refs=None, objects=None):
             if refs is None or type(body) is not int or not 0 <= body < len(refs.objects):
                 raise WireError("malformed container reference")
             return refs.objects[body]
+        if tag == "sr":
+            if shared is None or type(body) is not int or body not in shared.objects:
+                raise WireError("unknown shared container")
+            return shared.objects[body]
+        if tag == "sm":
+            if shared is None or shared.owner or type(body) is not list or len(body) != 2 \
+                    or type(body[0]) is not int:
+                raise WireError("malformed shared container")
+            return shared.decode_new(body[0], body[1], nested)
         if tag == "sl":
             if type(body) is not list or len(body) != 3:
                 raise WireError("malformed slice")
@@ -627,6 +650,206 @@ def states_of(refs, before, nested):
     """``[[index, state], ...]`` for the containers of ``refs`` whose contents differ from ``before``."""
     return [[index, state] for index, state in enumerate(container_states(refs, nested))
             if index >= len(before) or before[index] != state]
+
+
+#: The test's containers shared at once, and the items they may hold together (more: they cross as copies,
+#: written back when their call returns).
+_SHARED_LIMIT = 64
+_SHARED_ITEMS = 20_000
+
+
+class Shared:
+    """The test's containers the solution holds, one plain object on each side, kept equal while it holds them.
+
+    Two kinds join, under keys the trusted side counts (both sides count alike: the solution names no key of
+    its own making): a list, dict, set or bytearray a test's function returns to the solution
+    (``{"sm": [key, contents]}``: a cache getter's dict), and a container of a call's arguments the solution
+    still holds when the call returns (``"keep"``: ``cached(cache={})``). Crossing again, either way, it is
+    ``{"sr": key}``, the same object on each side. A message carries the contents of those its sender changed
+    (``"shs"``: an item put in, replaced or taken out, told by the items' identities, so nothing is encoded
+    for an unchanged container), written in place on the other side; the solution side drops those it no
+    longer holds (``"shd"``), and the trusted side drops them too. The solution writes only into containers it
+    was handed, and what it writes is decoded as any reply (plain data, handles).
+    """
+
+    def __init__(self, owner):
+        self.owner = owner  # the trusted side: it holds the test's own objects
+        self.objects = {}  # key -> container
+        self.keys = {}  # id(container) -> key (the table holds the container: its id is not reused)
+        self.seen = {}  # key -> its items as last synced (held, compared by identity)
+        self.next = 0
+
+    def room(self, container):
+        """Whether ``container`` may join (the limits on how many and how big)."""
+        return len(self.objects) < _SHARED_LIMIT and len(container) + sum(
+            len(c) for c in self.objects.values()) <= _SHARED_ITEMS
+
+    def add(self, container, key=None):
+        """Register ``container`` under ``key`` (the next one by default)."""
+        key = self.next if key is None else key
+        self.next = max(self.next, key + 1)
+        self.objects[key] = container
+        self.keys[id(container)] = key
+        self.seen[key] = _items(container)
+        return key
+
+    def drop(self, keys):
+        """Forget the entries ``keys`` (unknown ones are ignored)."""
+        if type(keys) is not list:
+            raise WireError("malformed shared drops")
+        for key in keys[:_SHARED_LIMIT * 2]:
+            container = self.objects.pop(key, None) if type(key) is int else None
+            if container is not None:
+                self.keys.pop(id(container), None)
+                self.seen.pop(key, None)
+
+    def share(self, container, nested):
+        """(trusted side) ``container`` joined under a new key, as its tagged ``{"sm": ...}`` form."""
+        key = self.add(container)
+        try:
+            return {"sm": [key, _encode_container(container, type(container), nested)]}
+        except BaseException:  # it does not cross: never shared (the key is not spent)
+            self.drop([key])
+            self.next = key
+            raise
+
+    def keep(self, container):
+        """(trusted side) A container of a call's arguments the solution kept joins under the next key; the
+        key is spent even where it does not join (already shared, or too many), as on the solution side."""
+        if id(container) in self.keys or len(self.objects) >= 2 * _SHARED_LIMIT:
+            self.next += 1
+        else:
+            self.add(container)
+
+    def decode_new(self, key, state, nested):
+        """(solution side) The container the trusted side shared under ``key``, registered before its items."""
+        inner = state if type(state) is dict and len(state) == 1 else None
+        tag = next(iter(inner)) if inner else None
+        if key in self.objects or tag not in ("l", "d", "s", "ba"):
+            raise WireError("malformed shared container")
+        if tag == "ba":
+            return self.objects[self.add(decode_value(state, None), key)]
+        container = {"l": list, "d": dict, "s": set}[tag]()
+        self.add(container, key)
+        _fill(container, inner[tag], nested)
+        self.seen[key] = _items(container)
+        return container
+
+    def _changed(self, key, container):
+        items, held = _items(container), self.seen.get(key)
+        if held is None or len(items) != len(held):
+            return items
+        if type(container) is bytearray:
+            return items if items != held else None
+        return None if all(map(operator.is_, items, held)) else items
+
+    def changed(self):
+        """Whether a container changed on this side since it was last synced."""
+        return any(self._changed(key, c) is not None for key, c in self.objects.items())
+
+    def changes(self, encode):
+        """``[[key, contents], ...]`` for the containers changed on this side since they were last synced."""
+        out = []
+        for key, container in list(self.objects.items()):
+            items = self._changed(key, container)
+            if items is None:
+                continue
+            try:
+                out.append([key, _encode_container(container, type(container), encode)])
+            except Exception:  # noqa: BLE001 -- an item that cannot cross now: the other side keeps the last state
+                continue
+            self.seen[key] = items
+        return out
+
+    def apply(self, states, decode):
+        """Write the other side's changed contents into this side's containers (unknown keys are dropped)."""
+        if type(states) is not list:
+            raise WireError("malformed shared states")
+        decoded = []
+        for entry in states[:_SHARED_LIMIT * 2]:
+            if type(entry) is not list or len(entry) != 2 or type(entry[0]) is not int:
+                raise WireError("malformed shared states")
+            target = self.objects.get(entry[0])
+            if target is None:
+                continue
+            value = decode(entry[1])
+            if type(value) is not type(target):
+                raise WireError(f"shared state of a {type(value).__name__} for a {type(target).__name__}")
+            decoded.append((entry[0], target, value))
+        for key, target, value in decoded:  # all decoded first: a malformed entry changes nothing
+            if target is not value:
+                if type(target) in (dict, set):
+                    target.clear()
+                    target.update(value)
+                else:
+                    target[:] = value
+            self.seen[key] = _items(target)
+
+    def released(self, keep=()):
+        """(solution side) Drop the containers only this table holds now, but those of ``keep`` (keys); their
+        keys, for the other side."""
+        gone = [key for key in list(self.objects)
+                if key not in keep and sys.getrefcount(self.objects[key]) <= _HELD_BY_ONE]
+        if gone:
+            self.drop(gone)
+        return gone
+
+
+def _held_by_one():
+    """``sys.getrefcount`` of an object one container holds (measured: interpreters count differently)."""
+    probe = {0: []}
+    return sys.getrefcount(probe[0])
+
+
+_HELD_BY_ONE = _held_by_one()
+
+
+def retained(refs):
+    """Indices of the containers of ``refs`` (the copies a call's arguments decoded into, the call over) that
+    something besides ``refs`` and each other still holds, and those inside them: what the callee kept."""
+    inside = {}  # id -> how many times the other containers of refs hold it
+    for index in range(len(refs.objects)):  # (no local name left holding a container when they are counted)
+        for key in map(id, _inner(refs.objects[index])):
+            if key in refs.index:
+                inside[key] = inside.get(key, 0) + 1
+    # (counted as the probe is, an item read from its table: no local name holds it)
+    kept = [i for i in range(len(refs.objects))
+            if sys.getrefcount(refs.objects[i]) > _HELD_BY_ONE + inside.get(id(refs.objects[i]), 0)]
+    for index in kept:  # (grows while walking: the containers inside a kept one are kept with it)
+        for key in map(id, _inner(refs.objects[index])):
+            inner = refs.index.get(key)
+            if inner is not None and inner not in kept:
+                kept.append(inner)
+    return kept
+
+
+def _inner(container):
+    """The items of ``container`` that may be containers (a list's, a dict's values)."""
+    return container.values() if type(container) is dict else container if type(container) is list else ()
+
+
+def _items(container):
+    """A container's items as a tuple (a dict's keys and values in turn; a bytearray's bytes)."""
+    if type(container) is dict:
+        return tuple(item for pair in container.items() for item in pair)
+    if type(container) is bytearray:
+        return (bytes(container),)
+    return tuple(container)
+
+
+def _fill(container, items, nested):
+    """Fill a new shared ``container`` from its tagged items (each through ``nested``)."""
+    if type(items) is not list:
+        raise WireError("malformed shared container")
+    if type(container) is list:
+        container.extend(nested(item) for item in items)
+    elif type(container) is set:
+        container.update(nested(item) for item in items)
+    else:
+        for pair in items:
+            if type(pair) is not list or len(pair) != 2:
+                raise WireError("malformed shared container")
+            container[nested(pair[0])] = nested(pair[1])
 
 
 class Channel:

@@ -20,10 +20,12 @@ from factory.verifiers._wire import (
     Channel,
     Endpoint,
     Refs,
+    Shared,
     WireError,
     container_states,
     decode_value,
     encode_value,
+    retained,
     states_of,
     write_back,
 )
@@ -217,6 +219,54 @@ def test_recorded_containers_must_be_numbered_in_order():
         decode_value({"m": [3, {"l": []}]}, Handles().handle_from, refs=Refs())
     with pytest.raises(WireError):
         decode_value({"m": [0, {"l": []}]}, Handles().handle_from)
+
+
+def test_shared_containers_are_one_object_each_side_synced_both_ways_and_released():
+    trusted, solution, handles = Shared(owner=True), Shared(owner=False), Handles()
+
+    def to_solution(value):
+        return decode_value(encode_value(value, handles.handle_of, shared=trusted), handles.handle_from,
+                            shared=solution)
+
+    cache = {}
+    kept = decode_value(trusted.share(cache, None), handles.handle_from, shared=solution)  # a getter's dict
+    kept[(3,)] = 9  # the solution writes into it
+    trusted.apply(solution.changes(lambda item: encode_value(item, handles.handle_of)),
+                  lambda data: decode_value(data, handles.handle_from))
+    assert cache == {(3,): 9} and solution.changes(None) == [] and not trusted.changed()
+    cache.clear()  # the test clears it: the solution's object follows (only the changed one is encoded)
+    assert trusted.changed()
+    solution.apply(trusted.changes(lambda item: encode_value(item, handles.handle_of)),
+                   lambda data: decode_value(data, handles.handle_from))
+    assert kept == {} and to_solution(cache) is kept
+    assert decode_value(encode_value(kept, handles.handle_of, shared=solution), handles.handle_from,
+                        shared=trusted) is cache
+    assert solution.released() == []  # held by ``kept``
+    del kept
+    gone = solution.released()
+    trusted.drop(gone)
+    assert gone == [0] and not trusted.objects and not solution.objects
+
+
+def test_arguments_the_callee_still_holds_are_found_with_those_inside_them():
+    refs, holder = Refs(), []
+    outer, inner, other = {"a": []}, [], []
+    outer["a"] = inner
+    refs.add(outer), refs.add(inner), refs.add(other)
+    del outer, inner, other
+    assert retained(refs) == []
+    holder.append(refs.objects[0])  # the callee kept the dict: the list inside it goes with it
+    assert retained(refs) == [0, 1]
+
+
+@pytest.mark.parametrize("data", [{"sm": [0, {"l": []}]}, {"sr": 7}])
+def test_the_solution_makes_no_shared_entry_and_names_only_keys_it_was_handed(data):
+    trusted = Shared(owner=True)
+    with pytest.raises(WireError):
+        decode_value(data, Handles().handle_from, shared=trusted)
+    never_handed = [1]
+    trusted.apply([[key, {"l": []}] for key in range(64)], lambda d: decode_value(d, None, shared=trusted))
+    assert never_handed == [1] and not trusted.objects
 
 
 class Echo(Endpoint):
