@@ -804,6 +804,8 @@ class SolutionClient(Endpoint):
             self.shared.apply(message.pop("shs"), self.decode)
         if "shd" in message:  # those it no longer holds: a later crossing is a copy again
             self.shared.drop(message.pop("shd"))
+        if "vhd" in message:  # the test's value objects it no longer holds a stand-in of
+            self.shared.release(message.pop("vhd"))
         took = message.pop("took", None)
         if type(took) is list:  # items of the test's iterators the solution took from runs ahead: advance them
             for entry in took[:100_000]:
@@ -916,6 +918,7 @@ class SolutionClient(Endpoint):
         finally:
             if outermost:
                 self.raised.clear()
+            self.shared.letting_go.clear()  # (after the reply is decoded: it may name them)
         return _note_nans(value)
 
     # ------------------------------------------------------------ the solution's iterators, run ahead

@@ -427,6 +427,7 @@ def encode_value(value, handle_of, depth=0, refs=None, record=False, objects=Non
     if shared is not None and kind in _MUTABLE and shared.keys:
         key = shared.keys.get(id(value))
         if key is not None:
+            shared.sent.add(key)  # (held until this message is read: see Shared.released)
             return {"sr": key}
     if refs is not None and kind in _MUTABLE:
         index = refs.index.get(id(value))
@@ -444,6 +445,12 @@ def encode_value(value, handle_of, depth=0, refs=None, record=False, objects=Non
         return {tag: [nested(item) for item in value]}
     standard = _encode_standard_value(value, nested)
     if standard is not None:
+        if shared is not None and kind not in _EXACT_VALUES and isinstance(value, _HOMED_VALUES):
+            if shared.owner:  # a test's subclass (a Fraction subclass): its value, with the way home
+                return {"vh": [shared.hold(value), standard]}
+            key = getattr(value, "_factory_home", None)
+            if type(key) is int:  # the stand-in of such a value, going home: the test's object again
+                return {"vr": key}
         return standard
     if objects is not None:
         own = objects(value, nested)
@@ -533,6 +540,18 @@ def decode_value(data, handle_from, depth=0, refs=None, objects=None, shared=Non
                     or type(body[0]) is not int:
                 raise WireError("malformed shared container")
             return shared.decode_new(body[0], body[1], nested)
+        if tag == "vh":
+            if shared is None or shared.owner or type(body) is not list or len(body) != 2 \
+                    or type(body[0]) is not int:
+                raise WireError("malformed value with a home")
+            return shared.stand_in(body[0], nested(body[1]))
+        if tag == "vr":
+            if shared is None or not shared.owner or type(body) is not int:
+                raise WireError("malformed value with a home")
+            value = shared.held.get(body, shared.letting_go.get(body, _MISSING_VALUE))
+            if value is _MISSING_VALUE:  # (the stand-in it names went in this very message)
+                raise WireError("unknown value with a home")
+            return value
         if tag == "sl":
             if type(body) is not list or len(body) != 3:
                 raise WireError("malformed slice")
@@ -652,6 +671,14 @@ def states_of(refs, before, nested):
             if index >= len(before) or before[index] != state]
 
 
+#: Value classes whose subclasses' objects of the test cross as a stand-in with a way home (see
+#: :meth:`Shared.hold`).
+_HOMED_VALUES = (fractions.Fraction, decimal.Decimal, datetime.date, datetime.time, datetime.timedelta)
+_EXACT_VALUES = frozenset({fractions.Fraction, decimal.Decimal, datetime.date, datetime.datetime, datetime.time,
+                           datetime.timedelta})
+_STAND_IN_CLASSES = {}  # a value class -> the solution side's stand-in subclass of it
+_MISSING_VALUE = object()
+
 #: The test's containers shared at once, and the items they may hold together (more: they cross as copies,
 #: written back when their call returns).
 _SHARED_LIMIT = 64
@@ -670,14 +697,75 @@ class Shared:
     for an unchanged container), written in place on the other side; the solution side drops those it no
     longer holds (``"shd"``), and the trusted side drops them too. The solution writes only into containers it
     was handed, and what it writes is decoded as any reply (plain data, handles).
+
+    It also carries the test's objects of a subclass of a standard value class (a ``Fraction`` subclass):
+    ``{"vh": [key, value]}``, a stand-in there (a subclass of the value's class: the value, weak-referable),
+    held here while the stand-in lives (``"vhd"`` lets go); crossing back, ``{"vr": key}`` is the test's own
+    object again (a test's ``WeakValueDictionary`` then holds what it would in-process).
     """
 
     def __init__(self, owner):
         self.owner = owner  # the trusted side: it holds the test's own objects
+        self.held = {}  # (trusted side) key -> a test's value object the solution holds a stand-in of
+        self.held_keys = {}  # (trusted side) id of such an object -> its key
+        self.letting_go = {}  # (trusted side) those the solution let go, by key, held until the exchange is over
+        self.next_held = 0
+        self.stand_ins = {}  # (solution side) key -> weak reference to its stand-in
+        self.let_go = []  # (solution side) keys whose stand-in is gone, to tell the other side
         self.objects = {}  # key -> container
         self.keys = {}  # id(container) -> key (the table holds the container: its id is not reused)
         self.seen = {}  # key -> its items as last synced (held, compared by identity)
+        self.sent = set()  # keys named in the message being encoded (never released with it)
         self.next = 0
+
+    def hold(self, value):
+        """(trusted side) The key of the test's value object ``value``, held until the solution lets go."""
+        key = self.held_keys.get(id(value))
+        if key is None:
+            key = self.held_keys[id(value)] = self.next_held
+            self.next_held += 1
+            self.held[key] = value
+        return key
+
+    def release(self, keys):
+        """(trusted side) The solution's stand-ins of ``keys`` are gone: held on only until the exchange ends."""
+        if type(keys) is not list:
+            raise WireError("malformed released values")
+        for key in keys[:100_000]:
+            value = self.held.pop(key, None) if type(key) is int else None
+            if value is not None:
+                self.held_keys.pop(id(value), None)
+                self.letting_go[key] = value
+
+    def stand_in(self, key, value):
+        """(solution side) The stand-in of the test's value ``key``: one per key while it lives."""
+        import weakref
+
+        kind = type(value)
+        if kind not in _EXACT_VALUES:
+            raise WireError("malformed value with a home")
+        known = self.stand_ins.get(key)
+        made = known() if known is not None else None
+        if made is not None:
+            return made
+        if key in self.let_go:  # (its last stand-in went while this message came: the new one holds it again)
+            self.let_go.remove(key)
+        cls = _STAND_IN_CLASSES.get(kind)
+        if cls is None:
+            cls = _STAND_IN_CLASSES[kind] = type(kind.__name__, (kind,), {
+                "__slots__": ("_factory_home", "__weakref__"), "__module__": kind.__module__,
+                "__qualname__": kind.__qualname__})
+        rebuild, args = value.__reduce__()[:2]
+        made = cls(*args)
+        made._factory_home = key
+
+        def gone(ref, key=key):
+            if self.stand_ins.get(key) is ref:
+                del self.stand_ins[key]
+                self.let_go.append(key)
+
+        self.stand_ins[key] = weakref.ref(made, gone)
+        return made
 
     def room(self, container):
         """Whether ``container`` may join (the limits on how many and how big)."""
@@ -699,6 +787,7 @@ class Shared:
             raise WireError("malformed shared drops")
         for key in keys[:_SHARED_LIMIT * 2]:
             container = self.objects.pop(key, None) if type(key) is int else None
+            self.sent.discard(key)
             if container is not None:
                 self.keys.pop(id(container), None)
                 self.seen.pop(key, None)
@@ -788,8 +877,9 @@ class Shared:
     def released(self, keep=()):
         """(solution side) Drop the containers only this table holds now, but those of ``keep`` (keys); their
         keys, for the other side."""
-        gone = [key for key in list(self.objects)
-                if key not in keep and sys.getrefcount(self.objects[key]) <= _HELD_BY_ONE]
+        gone = [key for key in list(self.objects) if key not in keep and key not in self.sent
+                and sys.getrefcount(self.objects[key]) <= _HELD_BY_ONE]
+        self.sent = set()  # (a container the message names is dropped with a later one, if still unheld)
         if gone:
             self.drop(gone)
         return gone

@@ -231,11 +231,6 @@ def describe(verdict: Verdict) -> str:
 # Libraries whose isolated verdict does not yet equal bare pytest's, each with the cause quoted
 # from its isolated failures (bench/bench_realworld.py prints them); strict, so a fix shows up.
 KNOWN_FAILING: dict[str, str] = {
-    "cachetools": (
-        "isolated 213/215 pass, bare 215: 1x a Fraction subclass crosses as a Fraction (cannot create weak "
-        "reference); 1x a tuple subclass (_HashedTuple) crosses as a tuple (test_keys.py::test_pickle: "
-        "AssertionError: 2 != 0)"
-    ),
     "decorator": (
         "isolated 16/24 pass, bare 24: the test's classes and their instances handed to dispatch_on (type(obj) "
         "and its MRO of a test object, 5x), a coroutine awaited across the boundary (before_after), an exception "

@@ -259,6 +259,21 @@ def test_arguments_the_callee_still_holds_are_found_with_those_inside_them():
     assert retained(refs) == [0, 1]
 
 
+def test_a_tests_value_subclass_is_a_stand_in_there_held_here_while_it_lives_and_goes_home():
+    class Int(fractions.Fraction):
+        pass
+
+    trusted, solution, value = Shared(owner=True), Shared(owner=False), Int(3)
+    there = decode_value(encode_value([value, value], None, shared=trusted), None, shared=solution)
+    assert there == [3, 3] and there[0] is there[1] and isinstance(there[0], fractions.Fraction)
+    assert decode_value(encode_value(there[0], None, shared=solution), None, shared=trusted) is value
+    del there  # the stand-in is gone: the trusted side lets go once the exchange is over
+    trusted.release(solution.let_go)
+    assert not trusted.held and list(trusted.letting_go.values()) == [value]
+    with pytest.raises(WireError):  # the trusted side never takes a stand-in's form from the solution
+        decode_value({"vh": [0, {"fr": ["1", "2"]}]}, None, shared=trusted)
+
+
 @pytest.mark.parametrize("data", [{"sm": [0, {"l": []}]}, {"sr": 7}])
 def test_the_solution_makes_no_shared_entry_and_names_only_keys_it_was_handed(data):
     trusted = Shared(owner=True)
