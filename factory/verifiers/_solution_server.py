@@ -1543,7 +1543,9 @@ class SolutionServer(Endpoint):
         self.apply_context(request)
         refs = Refs()
         try:
-            if "shs" in request:  # (a request the serving loop took: incoming() did not see it)
+            if "sha" in request:  # (a request the serving loop took: incoming() did not see it)
+                self.adopt(request.pop("sha"))
+            if "shs" in request:
                 self.shared.apply(request.pop("shs"), self.value)
             result = self.dispatch(request, refs)
             op = request.get("op")
@@ -1628,10 +1630,22 @@ class SolutionServer(Endpoint):
         if type(took) is not list:
             return
         for entry in took[:100_000]:
+        if type(message) is dict and "sha" in message:  # (before the states, which may name them)
+            self.adopt(message.pop("sha"))
             if type(entry) is not list or len(entry) != 2 or type(entry[1]) is not int:
                 continue
             target = self.objects.get(entry[0])
             for _ in range(min(entry[1], _AHEAD_ITEMS)):
+    def adopt(self, keys):
+        """This process's module containers the test now holds as real ones (the trusted side's
+        ``SolutionClient.adopt``): shared under ``-handle``, so changes either side makes are synced."""
+        if type(keys) is not list:
+            raise WireError("malformed adoptions")
+        for key in keys[:64]:
+            target = self.objects.get(key) if type(key) is int and key > 0 else None
+            if type(target) in _LIVE and id(target) not in self.shared.keys and -key not in self.shared.objects:
+                self.shared.add(target, -key)
+
                 try:
                     next(target)
                 except BaseException:  # the copy's items ended here too, unless the iterator is not deterministic

@@ -724,6 +724,8 @@ class SolutionClient(Endpoint):
         # Whatever goes to the solution lets it act: it first catches up with the items the test took from
         # runs ahead, and the rest of them are dropped (they were computed from the state before).
         if self.taken:
+        self.adopted = {}  # handle key of a solution module's list (dict, set) -> the real one here (adopt)
+        self.adopting = []  # those keys, for the next message
             message["took"], self.taken = self.taken, []
         self.ahead.clear()
         files = self.workspace_files.changes()  # what the test wrote in its folder, where the code may read it
@@ -737,6 +739,8 @@ class SolutionClient(Endpoint):
             key = message["h"].get("h")
             self.streak = (key, self.streak[1] + 1 if self.streak[0] == key else 1)
         else:
+        if self.adopting:  # (first: the states below may name them)
+            message["sha"], self.adopting = self.adopting, []
             self.streak = (None, 0)
         if "op" in message and self.depth <= 1:
             # What the tests set; never pytest's own variables (PYTEST_CURRENT_TEST names the running test,
@@ -1621,6 +1625,22 @@ class _SolutionExit(SystemExit):
             sys._getframe(1)
         except ValueError:  # no Python frame left: the interpreter ending the process with it
             if not self._factory_final:
+    def adopt(self, live):
+        """A solution module's list, dict, set or bytearray a test reads (``from pkg import REGISTRY``) as a
+        real one of its type (``type(x) is list``), shared from now on: one object each side, the changes
+        either makes synced with the messages and written in place (see ``Shared``), under the key ``-handle``
+        (never one the trusted side counts). A few only, within the shared limits; else the live proxy."""
+        key = live._factory_key
+        if key in self.adopted:
+            return self.adopted[key]
+        if len(self.adopted) >= _ADOPTED_LIMIT or not self.shared.room(live) or -key in self.shared.objects:
+            return live
+        made = type(live)._factory_base.copy(live)  # (the base's copy: the same items, nothing refreshed)
+        self.shared.add(made, -key)
+        self.adopted[key] = made
+        self.adopting.append(key)
+        return made
+
                 try:
                     os.write(2, b"factory: the solution's sys.exit ended the test process before its checks ran: "
                                 b"exit status 1\n")
@@ -2275,6 +2295,9 @@ class _BuiltinValue:
         return _RemoteCallable(self._factory_client, self._factory_key, type(self).__name__)
 
     def _factory_call(self, name, args, kwargs):
+#: How many of a solution's module containers become real ones here (SolutionClient.adopt): the rest of the
+#: shared room stays the test's containers'.
+_ADOPTED_LIMIT = 16
         client = self._factory_client
         if not kwargs:  # one round trip; an item read (``section["a"]``) comes back live, as the object's own
             return client.exchange_checked({"op": "callmethod", "h": self._factory_handle_of(), "name": name,
@@ -3362,6 +3385,8 @@ class _SolutionAttribute:
             # super().parse(...) in a test's classmethod: bound to the test's class (its solution half)
             value = client.request("superattr", h={"h": owner._factory_key}, cls={"h": holder._factory_key},
                                    name=self.name)
+        if isinstance(value, _Live):  # module state the test reads: a real list (dict, set) kept in sync
+            value = client.adopt(value)
             if isinstance(value, RemoteObject) and owner._factory_key in client.named:  # as RemoteClass.__getattr__
                 client.makers.add(object.__getattribute__(value, "_key"))
             return value
