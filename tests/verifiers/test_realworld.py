@@ -244,10 +244,6 @@ KNOWN_FAILING: dict[str, str] = {
         "8000 short factor() generators still cross item by item) and tests/test_more.py 511/534 in 250 s "
         "(comparisons of solution objects, identity of returned items, random seeding, a live SequenceView)"
     ),
-    "tabulate": (
-        "isolated 260/261 pass, bare 261: 1x type(tabulate_formats) is list on a live list "
-        "(test_api.py::test_tabulate_formats: a real list cannot stay the solution's own, see the tabulate note)"
-    ),
     "toolz": (
         "isolated 163/180 pass, bare 180: introspection of the solution's functions (inspect_args, "
         "signatures: is_partial/is_valid answer None, a builtin BaseException/anext refused), compose/curry reprs "
