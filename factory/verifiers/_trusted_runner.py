@@ -16,7 +16,9 @@ rebuilt here from plain fields with trusted classes (the standard library's
 value types, namedtuples, the solution's enums, and :class:`_Snapshot` for a
 dataclass with a generated ``__eq__``: equality and order computed here), a
 live container (a list, dict, set or bytearray an attribute read returned:
-module state, whose changes are made in the solution), or a handle
+module state, whose changes are made in the solution; one a solution module's
+attribute read returned is a real one of its type, shared and kept in sync
+both ways: :meth:`SolutionClient.adopt`), or a handle
 (:class:`RemoteObject`, or a :class:`RemoteClass` for classes) whose
 methods run in the solution's process. An object of a solution class
 deriving from a builtin value type (a ``dict`` subclass such as a config
