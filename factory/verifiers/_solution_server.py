@@ -64,6 +64,8 @@ import warnings
 
 if __name__ != "__main__":  # imported on the host (tests); in the sandbox _wire's source precedes this
     from factory.verifiers._wire import (
+        HANDLE_KEYS,
+        SIDE_TAGS,
         Endpoint,
         Refs,
         Shared,
@@ -692,6 +694,20 @@ _AHEAD_HARMLESS = frozenset({"fspath", "urandom", "cpu_count", "strerror", "getc
                              "WIFSIGNALED", "WTERMSIG"})
 
 
+def _plain_data(data, depth=0):
+    """Whether encoded ``data`` holds no handle and no side's own value tag (plain data and standard values)."""
+    if type(data) is list:
+        return depth < 50 and all(_plain_data(item, depth + 1) for item in data)
+    if type(data) is dict:
+        return depth < 50 and not any(key in HANDLE_KEYS or key in SIDE_TAGS for key in data) \
+            and all(_plain_data(item, depth + 1) for item in data.values())
+    return True
+
+
+#: Module attributes (functions, classes) whose handles the trusted side may reuse without asking, at most.
+_CACHED_ATTRS = 512
+
+
 class _Ahead(BaseException):
     """A step of the copy that runs ahead did something the test could see: that item is not produced ahead."""
 
@@ -760,6 +776,7 @@ class SolutionServer(Endpoint):
         self.lock = threading.RLock()  # the solution's threads calling the test's callbacks take turns
         self.speculating = None  # in a copy running an iterator ahead: its watch state (see run_ahead)
         self.ahead_failures = 0
+        self.cached_attrs = {}  # (module key, name) -> (module, object): handles the trusted side reuses
         self.ahead_refused = []  # handles ({"h": key}) of iterators whose copy produced nothing ahead
         self.last_reply = None
         self.trusted_ahead = {}  # key of a test's iterator -> items the trusted side produced ahead from a copy
@@ -818,6 +835,13 @@ class SolutionServer(Endpoint):
         self.kept = set()
         if self.shared.let_go:  # stand-ins of the test's value objects that are gone (see Shared.stand_in)
             message["vhd"], self.shared.let_go = self.shared.let_go, []
+        if self.cached_attrs:  # a module attribute the trusted side reuses without asking, rebound since: forget it
+            stale = [[key, name] for (key, name), (module, obj) in self.cached_attrs.items()
+                     if vars(module).get(name, _MISSING) is not obj]
+            if stale:
+                message["stale"] = stale
+                for key, name in stale:
+                    del self.cached_attrs[key, name]
         if message.get("op") == "next" and "rh" in message:
             key = message["rh"]
             self.trusted_streak = (key, self.trusted_streak[1] + 1 if self.trusted_streak[0] == key else 1)
@@ -1566,6 +1590,17 @@ class SolutionServer(Endpoint):
             except BaseException:
                 reply = {"exc": {"type": "Exception", "builtin": True, "cls": None,
                                  "message": "the solution raised an exception that could not be described"}}
+        if request.get("op") == "getattr" and type(reply.get("ok")) is dict and reply["ok"].get("k") in (
+                "callable", "class") and len(self.cached_attrs) < _CACHED_ATTRS:
+            # A module's function or class: the trusted side may reuse the handle until the name is rebound
+            # (outgoing() says so with the next message; nothing runs here between messages).
+            module, name = self.resolve(request["h"]), request.get("name")
+            if type(module) is types.ModuleType and type(name) is str and name in vars(module):
+                self.cached_attrs[request["h"].get("h"), name] = (module, vars(module)[name])
+                reply["cache"] = True
+        whole = request.get("whole")
+        if request.get("op") == "next" and "ok" in reply and type(whole) is int:
+            reply["rest"] = self.run_whole(self.resolve(request["h"]), min(whole, _AHEAD_ITEMS) - 1, reply["ok"])
         ahead = request.get("ahead")
         if request.get("op") == "next" and "ok" in reply and type(ahead) is int \
                 and request.get("h") not in self.ahead_refused:
@@ -1615,9 +1650,21 @@ class SolutionServer(Endpoint):
             self.catch_up(message)
         if type(message) is dict and "files" in message:
             self.workspace_files.apply(message.pop("files"))
+        if type(message) is dict and "sha" in message:  # (before the states, which may name them)
+            self.adopt(message.pop("sha"))
         if type(message) is dict and "shs" in message:  # what the test changed in its containers held here
             self.shared.apply(message.pop("shs"), self.value)
         return message
+
+    def adopt(self, keys):
+        """This process's module containers the test now holds as real ones (the trusted side's
+        ``SolutionClient.adopt``): shared under ``-handle``, so changes either side makes are synced."""
+        if type(keys) is not list:
+            raise WireError("malformed adoptions")
+        for key in keys[:64]:
+            target = self.objects.get(key) if type(key) is int and key > 0 else None
+            if type(target) in _LIVE and id(target) not in self.shared.keys and -key not in self.shared.objects:
+                self.shared.add(target, -key)
 
     def catch_up(self, message):
         """Advance this process's iterators by the items the test took from their runs ahead, in its order.
@@ -1630,26 +1677,47 @@ class SolutionServer(Endpoint):
         if type(took) is not list:
             return
         for entry in took[:100_000]:
-        if type(message) is dict and "sha" in message:  # (before the states, which may name them)
-            self.adopt(message.pop("sha"))
             if type(entry) is not list or len(entry) != 2 or type(entry[1]) is not int:
                 continue
             target = self.objects.get(entry[0])
             for _ in range(min(entry[1], _AHEAD_ITEMS)):
-    def adopt(self, keys):
-        """This process's module containers the test now holds as real ones (the trusted side's
-        ``SolutionClient.adopt``): shared under ``-handle``, so changes either side makes are synced."""
-        if type(keys) is not list:
-            raise WireError("malformed adoptions")
-        for key in keys[:64]:
-            target = self.objects.get(key) if type(key) is int and key > 0 else None
-            if type(target) in _LIVE and id(target) not in self.shared.keys and -key not in self.shared.objects:
-                self.shared.add(target, -key)
-
                 try:
                     next(target)
                 except BaseException:  # the copy's items ended here too, unless the iterator is not deterministic
                     break
+
+    def run_whole(self, target, count, first):
+        """Up to ``count`` further items of ``target``, produced by this process's own iterator, for a builtin of
+        the test's that consumes it to its end running no test code between items (``list(gen(n))``: see
+        ``_whole_consumer`` on the trusted side). Its steps run here, in order, as in-process: what they print,
+        log or ask the test happens as it would. The batch ends after an item that is not plain data (what the
+        consumer does with it may ask this process), after the exception that ends the iterator (an ``end``
+        entry), or when it is long enough.
+        """
+        import time
+
+        entries = []
+        if count < 1 or not _plain_data(first):
+            return entries
+        started, size = time.thread_time(), 0
+        while len(entries) < count and size < _AHEAD_BYTES and time.thread_time() - started < _AHEAD_SECONDS:
+            try:
+                entry = encode_item(next(target), self.encode)
+            except WireError as exc:  # the item cannot cross: that next() fails, as when asked alone
+                entries.append({"end": {"type": "TypeError", "builtin": True, "cls": None, "message": str(exc)}})
+                break
+            except BaseException as exc:  # StopIteration, or the iterator's own error: the consumer gets it
+                try:
+                    entries.append({"end": self.encode_exception(exc)})
+                except BaseException:
+                    entries.append({"end": {"type": "Exception", "builtin": True, "cls": None,
+                                            "message": "the solution raised an exception that could not be described"}})
+                break
+            entries.append(entry)
+            if not _plain_data(entry):
+                break
+            size += 16 if "i" not in entry else 64
+        return entries
 
     def run_ahead(self, target, count):
         """Up to ``count`` further items of ``target``, produced by a forked copy of this process.

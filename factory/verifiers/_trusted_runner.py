@@ -136,6 +136,7 @@ import importlib.machinery
 import io
 import itertools
 import keyword
+import operator
 import os
 import re
 import socket
@@ -423,6 +424,8 @@ _AHEAD_AFTER = 4
 _AHEAD_MOST = 4096
 #: References to a test's iterator passed as a temporary argument, seen from clone_ahead (see there).
 _TEMPORARY_REFS = 6
+#: Most items of an iterator consumed whole by a builtin asked for in one request (see _whole_consumer).
+_WHOLE_MOST = 4096
 _ITEM_TAGS = frozenset({"i", "j", "jt", "jl", "end"})
 #: The test's iterators the solution may get items of ahead (clone_ahead): builtin, their items computed from
 #: data they hold, copied faithfully by __reduce__.
@@ -711,6 +714,11 @@ class SolutionClient(Endpoint):
         # solution said so with the handle (it could answer either anyway), so neither is asked each time.
         self.self_iterators, self.lenless = set(), set()
         self.handed_ahead = {}  # key of a test's iterator -> items of it the solution got ahead and not yet took
+        # Iterators a builtin consumes to its end (_whole_consumer): key -> (the test's frame, its call's offset);
+        # the items the solution's own iterator produced for it in one batch, not yet handed out ("whole").
+        self.whole, self.rest = {}, {}
+        self.made_at = None  # (the test's frame, the offset of its call, key) of the handle a call just returned
+        self.module_cache = {}  # (module key, name) -> a module's function or class, until the solution says stale
         self.sent_modules = ()  # the values last sent (held, so that their ids stay theirs)
         self.stream_only = {}  # key -> whether a stream the solution got as its sys.stdin (etc.) is read
         self.root = os.getcwd()  # the trusted workspace: a working directory inside it crosses relative to it
@@ -719,6 +727,8 @@ class SolutionClient(Endpoint):
         self.raised_before_tests = None  # how importing a solution module failed before any test ran (a conftest)
         self.standard_bases = {}  # a test object's class -> the standard bases it derives from (handle "std")
         self.shared = Shared(owner=True)  # the test's containers the solution holds (see Shared)
+        self.adopted = {}  # handle key of a solution module's list (dict, set) -> the real one here (adopt)
+        self.adopting = []  # those keys, for the next message
 
     # ------------------------------------------------------------ protocol
 
@@ -726,13 +736,14 @@ class SolutionClient(Endpoint):
         # Whatever goes to the solution lets it act: it first catches up with the items the test took from
         # runs ahead, and the rest of them are dropped (they were computed from the state before).
         if self.taken:
-        self.adopted = {}  # handle key of a solution module's list (dict, set) -> the real one here (adopt)
-        self.adopting = []  # those keys, for the next message
             message["took"], self.taken = self.taken, []
         self.ahead.clear()
+        self.made_at = None
         files = self.workspace_files.changes()  # what the test wrote in its folder, where the code may read it
         if files:
             message["files"] = files
+        if self.adopting:  # (first: the states below may name them)
+            message["sha"], self.adopting = self.adopting, []
         if self.shared.objects:  # what the test changed in its containers the solution holds
             states = self.shared.changes(self.encode)
             if states:
@@ -741,8 +752,6 @@ class SolutionClient(Endpoint):
             key = message["h"].get("h")
             self.streak = (key, self.streak[1] + 1 if self.streak[0] == key else 1)
         else:
-        if self.adopting:  # (first: the states below may name them)
-            message["sha"], self.adopting = self.adopting, []
             self.streak = (None, 0)
         if "op" in message and self.depth <= 1:
             # What the tests set; never pytest's own variables (PYTEST_CURRENT_TEST names the running test,
@@ -806,6 +815,13 @@ class SolutionClient(Endpoint):
             return message
         if "files" in message:  # new files only, under names nothing trusted picks up (see WorkspaceFiles)
             self.workspace_files.apply(message.pop("files"))
+        stale = message.pop("stale", None)
+        if stale is not None:  # module attributes rebound in the solution: asked for afresh
+            if type(stale) is list and all(type(entry) is list and len(entry) == 2 for entry in stale[:10_000]):
+                for entry in stale[:10_000]:
+                    self.module_cache.pop((entry[0], entry[1]) if type(entry[1]) is str else None, None)
+            else:
+                self.module_cache.clear()
         if "shs" in message:  # what the solution changed in the test's containers it was handed
             self.shared.apply(message.pop("shs"), self.decode)
         if "shd" in message:  # those it no longer holds: a later crossing is a copy again
@@ -939,6 +955,24 @@ class SolutionClient(Endpoint):
         message to the solution says how many were taken (``took``), and the solution advances its iterator
         that far before it does anything else. Whatever is left is dropped then.
         """
+        rest = self.rest.get(key)
+        if rest:  # produced by the solution's iterator itself, for the builtin consuming it: handed out as they are
+            entry = rest.popleft()
+            if not rest:
+                del self.rest[key]
+            self.epoch += 1
+            return self.ahead_entry(entry)
+        consumer = self.whole.pop(key, None)
+        if consumer is not None:
+            frame = sys._getframe(2)  # (the caller of RemoteObject.__next__: the builtin's caller)
+            if frame is consumer[0] and frame.f_lasti == consumer[1]:
+                self.whole[key] = consumer
+                value = self.request("next", h={"h": key}, whole=_WHOLE_MOST)
+                more = self.last_reply.get("rest") if type(self.last_reply) is dict else None
+                if type(more) is list and 0 < len(more) < _WHOLE_MOST and all(
+                        type(entry) is dict and len(entry) == 1 and _ITEM_TAGS.issuperset(entry) for entry in more):
+                    self.rest[key] = collections.deque(more)
+                return value
         queue = self.ahead.get(key)
         if queue and not self.context_changed():
             entry = queue.popleft()
@@ -947,16 +981,7 @@ class SolutionClient(Endpoint):
                 self.taken[-1][1] += 1
             else:
                 self.taken.append([key, 1])
-            if "end" in entry:
-                raise self.exception(entry["end"])
-            try:
-                value = decode_item(entry, self.decode)
-            except _RefusedBuiltin as exc:
-                raise BoundaryError(f"the solution's answer holds a {exc}: the call fails") from None
-            except WireError as exc:
-                self.broken = f"the solution broke the protocol ({exc})"
-                raise SolutionUnavailable(self.broken) from None
-            return _note_nans(value)
+            return self.ahead_entry(entry)
         streak = self.streak[1] if self.streak[0] == key else 0
         ask = min(_AHEAD_FIRST * 4 ** (streak - _AHEAD_AFTER), _AHEAD_MOST) if streak >= _AHEAD_AFTER else 0
         value = self.request("next", h={"h": key}, **({"ahead": ask} if ask else {}))
@@ -973,6 +998,20 @@ class SolutionClient(Endpoint):
             if entries:
                 self.ahead[key] = entries
         return value
+
+    def ahead_entry(self, entry):
+        """The item (or the exception that ends the iterator) an entry produced ahead stands for."""
+        if "end" in entry:
+            self.whole.clear()
+            raise self.exception(entry["end"])
+        try:
+            value = decode_item(entry, self.decode)
+        except _RefusedBuiltin as exc:
+            raise BoundaryError(f"the solution's answer holds a {exc}: the call fails") from None
+        except WireError as exc:
+            self.broken = f"the solution broke the protocol ({exc})"
+            raise SolutionUnavailable(self.broken) from None
+        return _note_nans(value)
 
     def clone_ahead(self, key, target, count):
         """Up to ``count`` further items of the test's iterator ``target``, from a copy of it (it stays put).
@@ -1596,11 +1635,34 @@ class SolutionClient(Endpoint):
         self.proxies[key] = made
         return made
 
+    def adopt(self, live):
+        """A solution module's list, dict, set or bytearray a test reads (``from pkg import REGISTRY``) as a
+        real one of its type (``type(x) is list``), shared from now on: one object each side, the changes
+        either makes synced with the messages and written in place (see ``Shared``), under the key ``-handle``
+        (never one the trusted side counts). A few only, within the shared limits; else the live proxy."""
+        key = live._factory_key
+        if key in self.adopted:
+            return self.adopted[key]
+        if len(self.adopted) >= _ADOPTED_LIMIT or not self.shared.room(live) or -key in self.shared.objects:
+            return live
+        made = type(live)._factory_base.copy(live)  # (the base's copy: the same items, nothing refreshed)
+        self.shared.add(made, -key)
+        self.adopted[key] = made
+        self.adopting.append(key)
+        return made
+
     def call(self, key, args, kwargs, made=False):
         refs = Refs()
         message = {"op": "call", "h": {"h": key}, "a": [self.encode(a, refs, True) for a in args],
                    "k": [[str(k), self.encode(v, refs, True)] for k, v in kwargs.items()]}
-        return self.exchange_checked(message, refs, made)
+        value = self.exchange_checked(message, refs, made)
+        if self.depth == 0 and isinstance(value, RemoteObject):  # (its proxy's class: no request)
+            frame = sys._getframe(1)
+            while frame is not None and frame.f_code.co_filename in _OWN_FILES:
+                frame = frame.f_back
+            if frame is not None:  # the test's call that got it, for _whole_consumer
+                self.made_at = (frame, frame.f_lasti, object.__getattribute__(value, "_key"))
+        return value
 
 
 
@@ -1627,22 +1689,6 @@ class _SolutionExit(SystemExit):
             sys._getframe(1)
         except ValueError:  # no Python frame left: the interpreter ending the process with it
             if not self._factory_final:
-    def adopt(self, live):
-        """A solution module's list, dict, set or bytearray a test reads (``from pkg import REGISTRY``) as a
-        real one of its type (``type(x) is list``), shared from now on: one object each side, the changes
-        either makes synced with the messages and written in place (see ``Shared``), under the key ``-handle``
-        (never one the trusted side counts). A few only, within the shared limits; else the live proxy."""
-        key = live._factory_key
-        if key in self.adopted:
-            return self.adopted[key]
-        if len(self.adopted) >= _ADOPTED_LIMIT or not self.shared.room(live) or -key in self.shared.objects:
-            return live
-        made = type(live)._factory_base.copy(live)  # (the base's copy: the same items, nothing refreshed)
-        self.shared.add(made, -key)
-        self.adopted[key] = made
-        self.adopting.append(key)
-        return made
-
                 try:
                     os.write(2, b"factory: the solution's sys.exit ended the test process before its checks ran: "
                                 b"exit status 1\n")
@@ -1811,7 +1857,8 @@ def _ends_its_block(frame, line, span):
     for node in ast.walk(tree) if tree is not None else ():
         if isinstance(node, (ast.With, ast.AsyncWith)) and node.body and frame.f_lineno in (
                 node.lineno, *[item.context_expr.lineno for item in node.items]) \
-                and node.body[0].lineno <= line <= (node.body[-1].end_lineno or 0):
+                and (getattr(node.body[0], "decorator_list", None) or node.body)[0].lineno <= line \
+                <= (node.body[-1].end_lineno or 0):
             return _last_in(node.body, line, span)
     return False
 
@@ -1825,7 +1872,8 @@ def _last_in(body, line, span):
     import ast
 
     statement = body[-1]
-    if not statement.lineno <= line <= (statement.end_lineno or statement.lineno):
+    decorators = getattr(statement, "decorator_list", None)
+    if not (decorators[0] if decorators else statement).lineno <= line <= (statement.end_lineno or statement.lineno):
         return False
     blocks = [getattr(statement, name, None) for name in ("body", "orelse", "finalbody")]
     blocks = [block for block in blocks if isinstance(block, list) and block and isinstance(block[0], ast.stmt)]
@@ -2257,6 +2305,9 @@ def _live_class(base):
 
 
 _LIVE_TYPES = {base.__name__: _live_class(base) for base in (list, dict, set, bytearray)}
+#: How many of a solution's module containers become real ones here (SolutionClient.adopt): the rest of the
+#: shared room stays the test's containers'.
+_ADOPTED_LIMIT = 16
 
 #: The builtin values an object of a subclass of a builtin crosses as (see _builtin_value).
 _VALUE_TYPES = {"str": str, "int": int, "float": float, "bytes": bytes, "tuple": tuple, "frozenset": frozenset,
@@ -2297,9 +2348,6 @@ class _BuiltinValue:
         return _RemoteCallable(self._factory_client, self._factory_key, type(self).__name__)
 
     def _factory_call(self, name, args, kwargs):
-#: How many of a solution's module containers become real ones here (SolutionClient.adopt): the rest of the
-#: shared room stays the test's containers'.
-_ADOPTED_LIMIT = 16
         client = self._factory_client
         if not kwargs:  # one round trip; an item read (``section["a"]``) comes back live, as the object's own
             return client.exchange_checked({"op": "callmethod", "h": self._factory_handle_of(), "name": name,
@@ -2652,6 +2700,150 @@ def _forwarded(text, attribute):
     return made
 
 
+#: Builtins that consume an iterable to its end in their own C code, running none of the test's between its
+#: items: ``list(solution.gen(n))`` asks the solution for its items in batches, produced by the real iterator
+#: (:meth:`SolutionClient.next_item`, "whole"). Value: the argument counts taken, and the iterable's position.
+#: The solution ends a batch after an item that is not plain data, so what the consumer does with an item that
+#: could ask the solution (hash, compare, add a handle) happens after as many steps as in-process.
+_WHOLE_CONSUMERS = {builtins.list: ((1,), 0), builtins.tuple: ((1,), 0), builtins.sorted: ((1,), 0),
+                    builtins.set: ((1,), 0), builtins.frozenset: ((1,), 0), builtins.sum: ((1,), 0),
+                    builtins.min: ((1,), 0), builtins.max: ((1,), 0), functools.reduce: ((2, 3), 1)}
+#: Functions such a consumer may be given besides the iterable (``reduce(operator.mul, factor(n), 1)``).
+_PURE_OPERATORS = tuple(getattr(operator, n) for n in ("add", "mul", "sub", "and_", "or_", "xor", "concat", "truediv",
+                                                        "floordiv", "mod", "pow", "lshift", "rshift", "matmul"))
+_NAME_LOADS = frozenset({"LOAD_FAST", "LOAD_DEREF", "LOAD_NAME", "LOAD_GLOBAL", "LOAD_CLASSDEREF"})
+_STACK_11 = {**dict.fromkeys(("LOAD_FAST", "LOAD_CONST", "LOAD_NAME", "LOAD_DEREF", "LOAD_CLOSURE", "PUSH_NULL",
+                              "LOAD_CLASSDEREF"), (0, 1)),
+             **dict.fromkeys(("LOAD_ATTR", "GET_ITER", "UNARY_NOT", "UNARY_NEGATIVE", "UNARY_INVERT",
+                              "UNARY_POSITIVE"), (1, 1)),
+             **dict.fromkeys(("BINARY_OP", "COMPARE_OP", "BINARY_SUBSCR", "IS_OP", "CONTAINS_OP"), (2, 1)),
+             **dict.fromkeys(("PRECALL", "KW_NAMES", "NOP", "CACHE", "EXTENDED_ARG"), (0, 0)),
+             "LOAD_METHOD": (1, 2)}
+_CONSUMER_SITES = {}  # (code, offset) -> what the call there is made of, or None (see _consumer_site)
+
+
+def _stack_counts(instruction):
+    """``(popped, pushed)`` of a CPython 3.11 instruction that may make up a call's arguments, or None."""
+    name, arg = instruction.opname, instruction.arg or 0
+    if name == "LOAD_GLOBAL":
+        return 0, 1 + (arg & 1)
+    if name == "CALL":
+        return arg + 2, 1
+    if name in ("BUILD_TUPLE", "BUILD_LIST", "BUILD_SET", "BUILD_STRING", "BUILD_SLICE"):
+        return arg, 1
+    if name == "BUILD_MAP":
+        return 2 * arg, 1
+    if name == "FORMAT_VALUE":
+        return 1 + (arg & 4 == 4), 1
+    return _STACK_11.get(name)
+
+
+def _consumer_site(code, offset):
+    """The call at ``offset`` of ``code`` as ``(callable, [arguments])``, each ``(opname, argval, offset, object)``
+    of the one instruction that pushed it (``object``: for a method load, the instruction that pushed what it was
+    read from); None where it is not a plain positional call made of straight-line code."""
+    key = (code, offset)
+    if key in _CONSUMER_SITES:
+        return _CONSUMER_SITES[key]
+    import dis
+
+    site = None
+    try:
+        instructions = list(dis.get_instructions(code))
+        index = next(i for i, ins in enumerate(instructions) if ins.offset == offset)
+        if instructions[index].opname == "PRECALL" and index + 1 < len(instructions):
+            index += 1  # (a specialized PRECALL of a builtin class makes the call itself: the frame stands there)
+        call = instructions[index]
+        if call.opname == "CALL" and index >= 2 and instructions[index - 1].opname == "PRECALL" \
+                and instructions[index - 2].opname != "KW_NAMES" and 1 <= call.arg <= 3:
+            argc = call.arg
+            wanted = {argc: "callable", **{argc - 1 - j: j for j in range(argc)}}  # depth -> what
+            found, position = {}, index - 2
+            while wanted and position >= 0 and index - position < 80:
+                ins = instructions[position]
+                counts = _stack_counts(ins)
+                if counts is None:
+                    break
+                popped, pushed = counts
+                moved = {}
+                for depth, what in wanted.items():
+                    if depth < pushed:
+                        found[what] = position
+                    else:
+                        moved[depth - pushed + popped] = what
+                wanted = moved
+                position -= 1
+            if not wanted and not any(ins.is_jump_target for ins in instructions[found["callable"] + 1:index + 1]):
+                def described(position):
+                    ins = instructions[position]
+                    held = instructions[position - 1] if ins.opname == "LOAD_METHOD" and position else None
+                    return (ins.opname, ins.argval, ins.offset,
+                            (held.opname, held.argval) if held is not None and held.opname in _NAME_LOADS else None)
+
+                site = (described(found["callable"]), [described(found[j]) for j in range(argc)])
+    except Exception:  # noqa: BLE001 -- bytecode this reading does not know: no batches
+        site = None
+    if len(_CONSUMER_SITES) < 4096:
+        _CONSUMER_SITES[key] = site
+    return site
+
+
+def _loaded(frame, opname, name):
+    """The value a name load of ``frame`` gives now (reading no object's attributes), or ``_MISSING``."""
+    if opname == "LOAD_GLOBAL":
+        return frame.f_globals.get(name, frame.f_builtins.get(name, _MISSING))
+    if opname == "LOAD_NAME":
+        for namespace in (frame.f_locals, frame.f_globals, frame.f_builtins):
+            if type(namespace) is dict and name in namespace:
+                return namespace[name]
+        return _MISSING
+    namespace = frame.f_locals
+    return namespace.get(name, _MISSING) if type(namespace) is dict else _MISSING
+
+
+def _whole_consumer(frame, obj, client):
+    """Whether ``frame`` is at a call of a :data:`_WHOLE_CONSUMERS` builtin whose iterable is ``obj`` (a handle of
+    the solution's: the variable holding it, or the call into the solution that returned it just before)."""
+    if _CONSUMER_SITE_READER is None or frame is None:
+        return False
+    site = _consumer_site(frame.f_code, frame.f_lasti)
+    if site is None:
+        return False
+    (opname, name, _, held), arguments = site
+    if opname in _NAME_LOADS:
+        consumer = _loaded(frame, opname, name)
+    elif opname == "LOAD_METHOD" and held is not None:
+        module = _loaded(frame, *held)
+        consumer = vars(module).get(name, _MISSING) if type(module) is types.ModuleType else _MISSING
+    else:
+        return False
+    spec = next((spec for known, spec in _WHOLE_CONSUMERS.items() if consumer is known), None)
+    if spec is None or len(arguments) not in spec[0]:
+        return False
+    for position, (opname, name, offset, _) in enumerate(arguments):
+        if position == spec[1]:
+            if opname == "CALL":
+                made = client.made_at
+                if made is None or made[0] is not frame or made[1] not in (offset, offset - 4) \
+                        or made[2] != object.__getattribute__(obj, "_key"):
+                    return False
+            elif opname not in _NAME_LOADS or _loaded(frame, opname, name) is not obj:
+                return False
+            continue
+        value = name if opname == "LOAD_CONST" else _loaded(frame, opname, name) if opname in _NAME_LOADS \
+            else _MISSING
+        if not (type(value) in (int, float, str, bytes, bool, type(None))
+                or any(value is pure for pure in _PURE_OPERATORS)):
+            return False
+    return True
+
+
+#: Only CPython 3.11's bytecode is read (see _stack_counts); elsewhere iterators are never consumed whole.
+_CONSUMER_SITE_READER = _consumer_site if sys.version_info[:2] == (3, 11) else None
+#: Where this runner's frames (and its generated mirrors of the solution's functions) come from.
+_OWN_FILES = frozenset({_consumer_site.__code__.co_filename, "<a solution's function>"})
+
+
 class RemoteObject:
     """A handle on an object that lives in the solution's process."""
 
@@ -2733,9 +2925,13 @@ class RemoteObject:
         return self._op("len")
 
     def __iter__(self):
-        if object.__getattribute__(self, "_key") in object.__getattribute__(self, "_client").self_iterators:
-            return self
-        return self._op("iter")
+        client = object.__getattribute__(self, "_client")
+        frame = sys._getframe(1)
+        whole = _whole_consumer(frame, self, client)  # (before the request below: it forgets the call before)
+        iterator = self if object.__getattribute__(self, "_key") in client.self_iterators else self._op("iter")
+        if whole and type(iterator).__iter__ is RemoteObject.__iter__:
+            client.whole[object.__getattribute__(iterator, "_key")] = (frame, frame.f_lasti)
+        return iterator
 
     def __next__(self):
         return object.__getattribute__(self, "_client").next_item(object.__getattribute__(self, "_key"))
@@ -3198,7 +3394,17 @@ class RemoteModule(types.ModuleType):
         if name in _MODULE_PROBES:  # what the import system and inspect ask of any module: not forwarded
             raise AttributeError(name)
         # Dunders too (``__version__``, ``__author__``): a module's attributes are plain data or handles here.
-        value = _probe(lambda: client.request("getattr", h=self._factory_handle_of(), name=name), name)
+        cache_key = (object.__getattribute__(self, "_factory_key"), name)
+        value = client.module_cache.get(cache_key, _MISSING)
+        if value is _MISSING:
+            value = _probe(lambda: client.request("getattr", h=self._factory_handle_of(), name=name), name)
+            # A function or class of the module: reused until the solution rebinds the name (it says so: "stale").
+            if type(client.last_reply) is dict and client.last_reply.get("cache") is True \
+                    and client.depth == 0 and len(client.module_cache) < 4096 and (
+                        isinstance(value, (RemoteObject, RemoteClass)) or _solution_function_key(value, client)):
+                client.module_cache[cache_key] = value
+        if isinstance(value, _Live):  # module state the test reads: a real list (dict, set) kept in sync
+            value = client.adopt(value)
         if isinstance(value, RemoteClass) and _by_test(sys._getframe(1)):
             client.named.add(value._factory_key)  # the test relies on this class's own semantics
         return value
@@ -3387,8 +3593,6 @@ class _SolutionAttribute:
             # super().parse(...) in a test's classmethod: bound to the test's class (its solution half)
             value = client.request("superattr", h={"h": owner._factory_key}, cls={"h": holder._factory_key},
                                    name=self.name)
-        if isinstance(value, _Live):  # module state the test reads: a real list (dict, set) kept in sync
-            value = client.adopt(value)
             if isinstance(value, RemoteObject) and owner._factory_key in client.named:  # as RemoteClass.__getattr__
                 client.makers.add(object.__getattribute__(value, "_key"))
             return value
