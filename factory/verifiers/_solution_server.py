@@ -46,6 +46,7 @@ other data, which the trusted side decodes into its own classes only.
 
 from __future__ import annotations
 
+import abc
 import builtins
 import collections
 import collections.abc
@@ -458,14 +459,20 @@ def _lacking_class(kind, names):
     cls = _LACKING_CLASSES.get((kind, names))
     if cls is None:
         # an object with no __iter__ here has no __getitem__ either: iter() must not fall back to item access
-        dropped = {*names, *(("__getitem__",) if "__iter__" in names else ()), "__slots__", "__dict__",
-                   "__weakref__", *TrustedObject.__slots__}
+        generic = vars(TrustedObject)
+        dropped = {*names, *(("__getitem__",) if "__iter__" in names else ())}
+
+        def ours(klass):
+            return klass in _TRUSTED_TYPES or issubclass(klass, TrustedObject)
+
         namespace = {}
         for klass in reversed(kind.__mro__):
-            if klass in _TRUSTED_TYPES:
-                namespace.update((name, value) for name, value in vars(klass).items() if name not in dropped)
+            if ours(klass):  # (a protocol a handle class defines itself, a coroutine's __next__, is kept)
+                namespace.update((name, value) for name, value in vars(klass).items() if name not in (
+                    "__slots__", "__dict__", "__weakref__", *TrustedObject.__slots__) and not (
+                    name in dropped and value is generic.get(name)))
         namespace["__slots__"] = TrustedObject.__slots__
-        bases = tuple(base for base in kind.__bases__ if base not in _TRUSTED_TYPES)  # (tzinfo's)
+        bases = tuple(base for base in kind.__bases__ if not ours(base))  # (tzinfo's)
         cls = _LACKING_CLASSES[(kind, names)] = type(kind.__name__, bases, namespace)
         for abc in _STANDARD_ABCS.values():
             if issubclass(kind, abc):
@@ -509,6 +516,51 @@ def _trusted_class(kind, names):
     _TRUSTED_CLASSES[(kind, names)] = cls
     _TRUSTED_TYPES.add(cls)
     return cls
+
+
+class _TestClassMeta(abc.ABCMeta):
+    """The metaclass of the stand-ins of the test's classes (:meth:`SolutionServer.test_class`): calling one
+    makes an object of the test's class there (its handle here is an object of the stand-in), and its
+    attributes are read there; what the solution derives from one is a class of its own."""
+
+    def __call__(cls, *args, **kwargs):
+        key = vars(cls).get("_factory_rkey")
+        if type(key) is not int:
+            return super().__call__(*args, **kwargs)
+        return vars(cls)["_factory_server"].call_trusted(key, args, kwargs)
+
+    def __getattr__(cls, name):
+        key = vars(cls).get("_factory_rkey")
+        if type(key) is not int or name.startswith("__"):
+            raise AttributeError(name)
+        return vars(cls)["_factory_server"].request("getattr", rh=key, name=name)
+
+    @property
+    def __signature__(cls):
+        key = vars(cls).get("_factory_rkey")
+        if type(key) is not int:
+            return None
+        server = vars(cls)["_factory_server"]
+        return _signature_of(server.request("signature", rh=key), server.value)
+
+    def __repr__(cls):
+        return f"<class '{cls.__module__}.{cls.__qualname__}'>"
+
+
+class _TestRoot(metaclass=_TestClassMeta):
+    """The root of the stand-ins of the test's classes: the slots of a handle."""
+
+    __slots__ = TrustedObject.__slots__
+
+
+_TRUSTED_TYPES.add(_TestRoot)
+
+
+def _handle_namespace(lacks):
+    """A handle's members (:class:`TrustedObject`'s) without the protocols ``lacks``, for a class of its own."""
+    dropped = {*lacks, *(("__getitem__",) if "__iter__" in lacks else ()), "__slots__", "__dict__", "__weakref__",
+               *TrustedObject.__slots__}
+    return {name: value for name, value in vars(TrustedObject).items() if name not in dropped}
 
 
 class _AnnotationText(str):
@@ -1197,6 +1249,19 @@ class SolutionServer(Endpoint):
         described = data.get("fn") if type(data.get("fn")) is dict else None
         if key not in self.trusted:
             made = _mirror_function(self, key, described) if described is not None else None
+            if made is not None:
+                self.mirrors[id(made)] = key
+                if type(described.get("repr")) is str:
+                    self.mirror_reprs[key] = described["repr"][:1000]
+            elif data.get("k") == "class" and type(data.get("sc")) is dict:
+                made = self.test_class(key, data["sc"])
+            stand_in = self.resolve(data["cls"]) if made is None and type(data.get("cls")) is dict \
+                and "rh" in data["cls"] and data.get("k") in ("object", "callable") else None
+            if isinstance(stand_in, _TestClassMeta) and type(vars(stand_in).get("_factory_rkey")) is int:
+                made = object.__new__(stand_in)  # an object of the test's class: of its stand-in here
+                TrustedObject.__init__(made, self, key, data.get("k"), data.get("name"))
+                if data.get("eq") is True:
+                    _CUSTOM_EQ.add(key)
             if made is None:
                 kind = TrustedFunction if data.get("k") == "function" else TrustedObject
                 if data.get("await") in ("coro", "obj") and data.get("k") == "object":
@@ -1210,12 +1275,15 @@ class SolutionServer(Endpoint):
                 made = kind(self, key, data.get("k"), data.get("name"))
                 if data.get("eq") is True:
                     _CUSTOM_EQ.add(key)
-            else:
-                self.mirrors[id(made)] = key
-                if type(described.get("repr")) is str:
-                    self.mirror_reprs[key] = described["repr"][:1000]
             self.trusted[key] = made
         made = self.trusted[key]
+        if type(data.get("cls")) is dict and "rh" in data["cls"] and isinstance(type(made), _TestClassMeta):
+            self.resolve(data["cls"])  # (its class's registrations, as they are now)
+        if isinstance(made, _TestClassMeta) and type(data.get("sc")) is dict \
+                and type(data["sc"].get("abcs")) is list:  # the ABCs the test registered its class with since
+            for name in data["sc"]["abcs"][:64]:
+                if name in collections.abc.__all__ and not issubclass(made, getattr(collections.abc, name)):
+                    getattr(collections.abc, name).register(made)
         if described is not None and id(made) in self.mirrors:
             self.refresh_mirror(key, made, described.get("attrs"))
             self.refresh_signature(key, made, described)
@@ -1231,6 +1299,41 @@ class SolutionServer(Endpoint):
             if own in text:
                 text = text.replace(own, trusted)
         return text
+
+    def test_class(self, key, described):
+        """A stand-in for a class of the test's (None where the description does not make one): a real class
+        whose bases are the stand-ins of the test's bases and ``collections.abc``'s, registered with the
+        standard ABCs the test's class is a subclass of, so that ``issubclass``, ``mro()``, ``type(obj)`` of the
+        test's objects and dispatch on them work here as there. It holds no method of the test's: its objects
+        are handles (:class:`TrustedObject`'s members, less the protocols the test's objects lack)."""
+        try:
+            bases = []
+            for base in described["bases"][:32]:
+                if type(base) is dict and base.get("abc") in collections.abc.__all__:
+                    bases.append(getattr(collections.abc, base["abc"]))
+                    continue
+                parent = self.resolve(base) if type(base) is dict and "rh" in base else None
+                if not (isinstance(parent, _TestClassMeta) and type(vars(parent).get("_factory_rkey")) is int):
+                    return None
+                bases.append(parent)
+            if not any(isinstance(base, _TestClassMeta) for base in bases):
+                bases.append(_TestRoot)
+            lacks = [name for name in _PROTOCOLS if name in described["lacks"]]
+            namespace = _handle_namespace(lacks)
+            namespace.update({"__slots__": (), "_factory_rkey": key, "_factory_server": self,
+                              "__module__": str(described["module"])[:200],
+                              "__qualname__": str(described["qualname"])[:200]})
+            cls = _TestClassMeta(str(described["name"])[:200], tuple(bases), namespace)
+            cls.__abstractmethods__ = frozenset()  # (its objects are made as handles, never abstract)
+            for name in described["abcs"][:64]:
+                if name in collections.abc.__all__:
+                    getattr(collections.abc, name).register(cls)
+            for name in described["std"][:16]:
+                if name in _STANDARD_ABCS:
+                    _STANDARD_ABCS[name].register(cls)
+            return cls
+        except (KeyError, TypeError, ValueError, AttributeError, WireError):
+            return None
 
     def refresh_signature(self, key, mirror, described):
         """The test function's signature as it is now, where it changed since the mirror was made (the test set
