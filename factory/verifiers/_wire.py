@@ -29,7 +29,9 @@ Frames are a 4-byte big-endian length and a UTF-8 JSON body, at most
 - *shared* markers (``{"sm": [key, body]}``, ``{"sr": key}``): the test's
   containers the solution keeps (a cache dict handed to a decorator, one a
   test's function returned), one object on each side while the solution
-  holds it, changes synced with the messages (see :class:`Shared`).
+  holds it, changes synced with the messages (see :class:`Shared`); and a
+  test's object of a subclass of a standard value class (``{"vh": [key,
+  value]}``: a stand-in there, ``{"vr": key}`` back: the test's object).
 
 Encoding checks exact types (``type(x) is int``, never ``isinstance``), so
 an ``int`` subclass with a lying ``__eq__`` can only cross as a handle;
