@@ -14,8 +14,9 @@ Frames are a 4-byte big-endian length and a UTF-8 JSON body, at most
   ``frozenset`` of them;
 - *value objects* of the standard library, rebuilt by the receiver from
   their fields with its own classes: ``datetime``/``date``/``time``/
-  ``timedelta`` (subclasses cross as the base class), ``Decimal``,
-  ``Fraction``, pure and concrete paths, slices, fixed-offset and IANA time
+  ``timedelta`` (subclasses cross as the base class; the test's own
+  subclasses of these, ``Decimal`` and ``Fraction`` as stand-ins, see
+  below), ``Decimal``, ``Fraction``, pure and concrete paths, slices, fixed-offset and IANA time
   zones, and dict views;
 - *handles*: ``{"h": id, ...}`` for an object that stays in the solution's
   process, ``{"rh": id, ...}`` for one that stays in the trusted process;
