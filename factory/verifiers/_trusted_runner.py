@@ -125,6 +125,7 @@ solution's process cannot reach.
 
 from __future__ import annotations
 
+import abc
 import builtins
 import collections
 import collections.abc
@@ -497,6 +498,12 @@ def _defined_by_tests(cls, name):
     return False
 
 
+def _abcs_of(cls):
+    """The names of ``collections.abc``'s classes that ``cls`` is a subclass of (registered ones too)."""
+    return sorted(name for name in collections.abc.__all__ if name[0] != "_" and isinstance(
+        getattr(collections.abc, name), type) and issubclass(cls, getattr(collections.abc, name)))
+
+
 def _lacking(cls):
     """The container protocols the handle on an object of class ``cls`` must not offer (a generator is no
     ``Sized``: code that would call ``list()`` on a sized iterable must iterate it lazily, as in-process)."""
@@ -726,6 +733,8 @@ class SolutionClient(Endpoint):
         self.pickled = []  # the test's objects the solution pickled (it holds their index, never the bytes)
         self.raised_before_tests = None  # how importing a solution module failed before any test ran (a conftest)
         self.standard_bases = {}  # a test object's class -> the standard bases it derives from (handle "std")
+        self.class_stands = {}  # a test's class -> its stand-in's description (None: it gets none)
+        self.exiting = None  # [the exception of a with block a solution's __exit__ sees, whether the test caught it]
         self.shared = Shared(owner=True)  # the test's containers the solution holds (see Shared)
         self.adopted = {}  # handle key of a solution module's list (dict, set) -> the real one here (adopt)
         self.adopting = []  # those keys, for the next message
@@ -1259,6 +1268,12 @@ class SolutionClient(Endpoint):
             handle["cname"] = _safe_name(value.__name__, "TestError")
             handle["bases"] = [self.handle_of(base) for base in value.__bases__
                                if getattr(builtins, base.__name__, None) is not base]
+        if kind == "class" and "exc" not in handle:
+            described = self.class_description(value)
+            if described is not None:
+                handle["sc"] = described  # a class of the test's own: a real class there (issubclass, mro)
+        elif kind in ("object", "callable") and self.class_description(type(value)) is not None:
+            handle["cls"] = self.handle_of(type(value))  # its handle there is an object of that class
         if isinstance(value, types.CoroutineType):
             handle["await"] = "coro"  # the solution awaits it (or runs it): it runs here, to its end
         elif kind == "object" and isinstance(value, collections.abc.Awaitable):
@@ -1282,6 +1297,49 @@ class SolutionClient(Endpoint):
             if described is not None:
                 handle["fn"] = described
         return handle
+
+    def class_description(self, cls):
+        """What the solution builds a stand-in of the test's class ``cls`` from, or None where it gets none (a
+        class of the standard library's or a package's, one with a metaclass of its own, or deriving from
+        anything but ``object``, the tests' own classes and ``collections.abc``'s): its bases (handles of the
+        tests' classes, the ABCs by name), the standard ABCs it is a subclass of (registered there too), the
+        protocols its objects lack, its name, qualified name and module. Names and structure only: its
+        namespace, methods and data stay here."""
+        known = self.class_stands.get(cls, 0)
+        if known != 0:
+            if known is not None:  # (the ABCs the test registered it with since)
+                known["abcs"] = _abcs_of(cls)
+            return known
+        self.class_stands[cls] = None  # (a cycle through its bases: none)
+        module = sys.modules.get(getattr(cls, "__module__", None) or "")
+        path = getattr(module, "__file__", None)
+        if not isinstance(cls, type) or type(cls) not in (type, abc.ABCMeta) or type(path) is not str \
+                or not os.path.realpath(path).startswith(os.path.realpath(self.root) + os.sep) \
+                or issubclass(cls, BaseException):
+            return None
+        bases = []
+        for base in cls.__bases__:
+            if base is object:
+                continue
+            if getattr(base, "__module__", None) == "collections.abc" and getattr(collections.abc, base.__name__,
+                                                                                   None) is base:
+                bases.append({"abc": base.__name__})
+            elif self.class_description(base) is not None:
+                bases.append(self.handle_of(base))
+            else:
+                return None
+        abcs = _abcs_of(cls)
+        lacks = _lacking(cls)
+        if not any("__call__" in vars(klass) for klass in cls.__mro__):
+            lacks.append("__call__")
+        described = {"bases": bases, "abcs": abcs, "std": [name for name, base in _STANDARD_BASES
+                                                           if name != "tzinfo" and issubclass(cls, base)],
+                     "lacks": lacks, "name": _safe_name(cls.__name__), "qualname": str(cls.__qualname__)[:200],
+                     "module": str(cls.__module__)[:200]}
+        if any(issubclass(cls, base) for name, base in _STANDARD_BASES if name == "tzinfo"):
+            described = None
+        self.class_stands[cls] = described
+        return described
 
     def signature_data(self, signature, owner):
         """A signature of a test's callable as ``[name, kind, state, default, annotation text]`` per parameter:
@@ -1508,6 +1566,18 @@ class SolutionClient(Endpoint):
             refs.before = container_states(refs, lambda item: self.encode(item, refs))
             if target is _RUN["watch"] and _RUN["watch"] is not None:
                 return _run_watched(target, args, kwargs)
+            if self.exiting is not None and isinstance(getattr(target, "__self__", None), types.GeneratorType) \
+                    and getattr(target, "__name__", None) == "throw" and any(a is self.exiting[0] for a in args):
+                # The block's exception thrown into a generator of the test's (its own context manager, made by
+                # a ``contextmanager`` of the solution's): if the test's code does not raise it on, the test
+                # caught it there itself (``except etype: pass``), whatever the block still held.
+                try:
+                    result = target(*args, **kwargs)
+                except StopIteration:
+                    self.exiting[1] = True
+                    raise
+                self.exiting[1] = True
+                return result
             return target(*args, **kwargs)
         if op == "getattr":
             name = request.get("name")
@@ -2969,9 +3039,14 @@ class RemoteObject:
             client = object.__getattribute__(self, "_client")
             frame = sys._getframe(1)
             where = _raised_at(frame, exc)  # (before the solution's __exit__: a generator it throws into adds on)
-            if self._op("exit", exc=client.exception_info(exc)) is not True:
-                return False
-            if where is None or not _ends_its_block(frame, *where):
+            outer, client.exiting = client.exiting, [exc, False]
+            try:
+                if self._op("exit", exc=client.exception_info(exc)) is not True:
+                    return False
+                caught = client.exiting[1]
+            finally:
+                client.exiting = outer
+            if not caught and (where is None or not _ends_its_block(frame, *where)):
                 # Swallowed before the block's end, it would skip the test's checks after it (as a decorator of
                 # the solution's that swallowed a test function's error): the test fails, saying why.
                 raise BoundaryError(f"the solution's context manager suppressed {type(exc).__name__}, which "
