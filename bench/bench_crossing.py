@@ -1,0 +1,143 @@
+"""Cost of one crossing of the import boundary: µs per round trip, both ends real, no sandbox, no pytest.
+
+The trusted end (:class:`SolutionClient` with its :class:`SolutionFinder`)
+runs in this process; the solution end (:func:`serve_connection`) in a
+forked child serving a temporary workspace over a socket pair, as the
+solution sandbox's front door does for each connection. What a suite does
+tens of thousands of times, each repeated ``--n`` times (figures: median of
+``--rounds`` rounds, µs per crossing -- one call, one ``next()``, ...):
+
+- ``call f(1)``: a module function returning an int;
+- ``attr read``: a module attribute holding an int;
+- ``method call``: a method of an object of the solution's class;
+- ``short generator``: ``list(gen(n))`` of a 3-item generator (what
+  ``more_itertools``' ``test_cross_check`` does with 8000 ``factor()`` calls), per generator;
+- ``long generator item``: one item of a 2000-item generator, consumed by ``list()`` (run ahead);
+- ``key callback``: ``sorted(list, key=test_lambda)`` on 50 items inside the solution, per callback.
+
+``--profile DIR`` writes cProfile statistics of both ends there (``trusted.prof``, ``solution.prof``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import socket
+import statistics
+import sys
+import tempfile
+import time
+
+from factory.verifiers._solution_server import serve_connection
+from factory.verifiers._trusted_runner import SolutionClient, SolutionFinder
+from factory.verifiers._wire import Channel
+
+SOLUTION = '''
+def f(x):
+    return x + 1
+
+VALUE = 42
+
+class Box:
+    def __init__(self, v):
+        self.v = v
+    def get(self):
+        return self.v
+
+def gen(n):
+    for i in range(n):
+        yield i
+
+def sort_by(items, key):
+    return sorted(items, key=key)
+
+def rebind(factor):
+    global f
+    f = lambda x: x * factor
+'''
+
+
+def serve(sock: socket.socket, workspace: str, profile: str | None) -> None:
+    """The solution end, in the forked child: serve until the trusted end hangs up."""
+    os.chdir(workspace)
+    profiler = cProfile.Profile() if profile else None
+    try:
+        if profiler:
+            profiler.enable()
+        serve_connection(Channel(sock), ["."])
+    except BaseException:  # noqa: BLE001 -- the peer hanging up ends the child either way
+        pass
+    finally:
+        if profiler:
+            profiler.disable()
+            profiler.dump_stats(os.path.join(profile, "solution.prof"))
+        os._exit(0)
+
+
+def measure(n: int, rounds: int, profile: str | None) -> dict[str, float]:
+    """Median µs per crossing of each pattern (see the module docstring)."""
+    workspace = tempfile.mkdtemp(prefix="bench-crossing-")
+    with open(os.path.join(workspace, "solution.py"), "w") as handle:
+        handle.write(SOLUTION)
+    left, right = socket.socketpair()
+    child = os.fork()
+    if child == 0:
+        left.close()
+        serve(right, workspace, profile)
+    right.close()
+    client = SolutionClient(Channel(left), 60)
+    finder = SolutionFinder(client, ["solution"])
+    sys.meta_path.insert(0, finder)
+    profiler = cProfile.Profile() if profile else None
+    try:
+        import solution  # noqa: PLC0415 -- served by the child, through the finder
+        box = solution.Box(5)
+        items = list(range(50, 0, -1))
+        patterns = {
+            "call f(1)": (n, lambda: [solution.f(1) for _ in range(n)]),
+            "attr read": (n, lambda: [solution.VALUE for _ in range(n)]),
+            "method call": (n, lambda: [box.get() for _ in range(n)]),
+            "short generator (per generator)": (n, lambda: [list(solution.gen(3)) for _ in range(n)]),
+            "long generator item": (2000 * max(1, n // 2000), lambda: [
+                list(solution.gen(2000)) for _ in range(max(1, n // 2000))]),
+            "key callback": (50 * max(1, n // 50), lambda: [
+                solution.sort_by(items, key=lambda x: x) for _ in range(max(1, n // 50))]),
+        }
+        results = {}
+        for name, (count, run) in patterns.items():
+            run()  # warm: classes, handles, descriptions
+            times = []
+            for _ in range(rounds):
+                if profiler:
+                    profiler.enable()
+                start = time.perf_counter()
+                run()
+                times.append((time.perf_counter() - start) / count * 1e6)
+                if profiler:
+                    profiler.disable()
+            results[name] = statistics.median(times)
+        return results
+    finally:
+        sys.meta_path.remove(finder)
+        sys.modules.pop("solution", None)
+        left.close()
+        os.waitpid(child, 0)
+        if profiler:
+            profiler.dump_stats(os.path.join(profile, "trusted.prof"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--n", type=int, default=2000, help="crossings per pattern and round")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--profile", help="write cProfile statistics of both ends to this folder")
+    args = parser.parse_args()
+    if args.profile:
+        os.makedirs(args.profile, exist_ok=True)
+    for name, micros in measure(args.n, args.rounds, args.profile).items():
+        print(f"{name:34s} {micros:9.1f} µs")
+
+
+if __name__ == "__main__":
+    main()
