@@ -441,7 +441,8 @@ _TRUSTED_TYPES = {TrustedObject, TrustedFunction}
 
 def _is_trusted_handle(value):
     """Whether ``value`` is a handle on a test's object (of any class made for them, subclasses too)."""
-    return type(value) in _TRUSTED_TYPES or isinstance(value, tuple(_TRUSTED_TYPES))
+    return type(value) in _TRUSTED_TYPES or isinstance(value, tuple(_TRUSTED_TYPES)) or (
+        isinstance(type(value), _TestClassMeta) and type(vars(type(value)).get("_factory_rkey")) is int)
 _TRUSTED_CLASSES = {}
 
 
@@ -545,15 +546,6 @@ class _TestClassMeta(abc.ABCMeta):
 
     def __repr__(cls):
         return f"<class '{cls.__module__}.{cls.__qualname__}'>"
-
-
-class _TestRoot(metaclass=_TestClassMeta):
-    """The root of the stand-ins of the test's classes: the slots of a handle."""
-
-    __slots__ = TrustedObject.__slots__
-
-
-_TRUSTED_TYPES.add(_TestRoot)
 
 
 def _handle_namespace(lacks):
@@ -754,6 +746,16 @@ def _plain_data(data, depth=0):
         return depth < 50 and not any(key in HANDLE_KEYS or key in SIDE_TAGS for key in data) \
             and all(_plain_data(item, depth + 1) for item in data.values())
     return True
+
+
+def _builtin_iterator(value):
+    """Whether ``value`` is a generator or an iterator of a builtin type (its own iterator: ``iter`` runs no code)."""
+    kind = type(value)
+    try:
+        return (kind is types.GeneratorType or not kind.__flags__ & _HEAP_TYPE) and hasattr(kind, "__next__") \
+            and iter(value) is value
+    except Exception:  # noqa: BLE001
+        return False
 
 
 #: Module attributes (functions, classes) whose handles the trusted side may reuse without asking, at most.
@@ -1153,6 +1155,10 @@ class SolutionServer(Endpoint):
             return getattr(builtins, body)
         if tag == "sx":
             return _standard_error(body) or Exception
+        if tag == "ex":  # an exception object of the test's: one of its class here (args and all)
+            if type(body) is not dict:
+                raise WireError("malformed exception value")
+            return self.exception_from(body)
         if tag == "mod":
             import importlib
 
@@ -1316,11 +1322,9 @@ class SolutionServer(Endpoint):
                 if not (isinstance(parent, _TestClassMeta) and type(vars(parent).get("_factory_rkey")) is int):
                     return None
                 bases.append(parent)
-            if not any(isinstance(base, _TestClassMeta) for base in bases):
-                bases.append(_TestRoot)
             lacks = [name for name in _PROTOCOLS if name in described["lacks"]]
-            namespace = _handle_namespace(lacks)
-            namespace.update({"__slots__": (), "_factory_rkey": key, "_factory_server": self,
+            namespace = _handle_namespace(lacks)  # (no slots: its MRO is the test's, with no root of ours)
+            namespace.update({"_factory_rkey": key, "_factory_server": self,
                               "__module__": str(described["module"])[:200],
                               "__qualname__": str(described["qualname"])[:200]})
             cls = _TestClassMeta(str(described["name"])[:200], tuple(bases), namespace)
@@ -1474,17 +1478,17 @@ class SolutionServer(Endpoint):
         base = getattr(builtins, str(info.get("type")), None)
         if not (isinstance(base, type) and issubclass(base, BaseException)):
             base = Exception
+        args = (message,)
+        if type(info.get("args")) is list:
+            args = tuple(self.value(a) for a in info["args"][:20])
         try:
-            exc = (_standard_error(info.get("std")) or base)(message)
+            exc = (_standard_error(info.get("std")) or base)(*args)
         except TypeError:  # (a class wanting other arguments: json.JSONDecodeError)
             exc = base(message)
         cls = info.get("cls")
         if type(cls) is dict and ("rh" in cls or "h" in cls):  # the test's own class (its stand-in here), or ours
             own = self.resolve(cls)
             if isinstance(own, type) and issubclass(own, Exception):
-                args = (message,)
-                if "h" in cls and type(info.get("args")) is list:
-                    args = tuple(self.value(a) for a in info["args"][:20])
                 try:
                     exc = own(*args)
                 except Exception:  # noqa: BLE001 -- a constructor wanting other arguments: its args only
@@ -1618,7 +1622,8 @@ class SolutionServer(Endpoint):
         if op == "code":  # what inspect reads of a function's code object, as plain data
             code = target.__code__
             return [code.co_flags & 0x3A0, str(code.co_filename)[:500], str(code.co_name)[:200],
-                    int(code.co_firstlineno)]
+                    int(code.co_firstlineno), [str(name)[:200] for name in code.co_varnames[:255]],
+                    [code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount, code.co_flags & 0x0C]]
         if op == "signature":  # inspect.signature of a callable of the solution, as plain data
             import inspect
 
@@ -1668,13 +1673,13 @@ class SolutionServer(Endpoint):
     def serve_one(self, request):
         self.catch_up(request)
         self.apply_context(request)
-        refs = Refs()
+        refs, made = Refs(), None
         try:
             if "sha" in request:  # (a request the serving loop took: incoming() did not see it)
                 self.adopt(request.pop("sha"))
             if "shs" in request:
                 self.shared.apply(request.pop("shs"), self.value)
-            result = self.dispatch(request, refs)
+            result = made = self.dispatch(request, refs)
             op = request.get("op")
             test_owned = id(result) in self.shared.keys  # the test's own container: it crosses back as itself
             if type(result) in _LIVE and not test_owned and (op in ("getattr", "getitem") or (op == "callmethod" and (
@@ -1704,6 +1709,9 @@ class SolutionServer(Endpoint):
         whole = request.get("whole")
         if request.get("op") == "next" and "ok" in reply and type(whole) is int:
             reply["rest"] = self.run_whole(self.resolve(request["h"]), min(whole, _AHEAD_ITEMS) - 1, reply["ok"])
+        elif request.get("op") == "call" and type(whole) is int and type(reply.get("ok")) is dict \
+                and "h" in reply["ok"] and _builtin_iterator(made):
+            reply["rest"] = self.run_whole(made, min(whole, _AHEAD_ITEMS), None)  # (its first items, with it)
         ahead = request.get("ahead")
         if request.get("op") == "next" and "ok" in reply and type(ahead) is int \
                 and request.get("h") not in self.ahead_refused:
@@ -1800,7 +1808,7 @@ class SolutionServer(Endpoint):
         import time
 
         entries = []
-        if count < 1 or not _plain_data(first):
+        if count < 1 or (first is not None and not _plain_data(first)):
             return entries
         started, size = time.thread_time(), 0
         while len(entries) < count and size < _AHEAD_BYTES and time.thread_time() - started < _AHEAD_SECONDS:

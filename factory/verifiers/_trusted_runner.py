@@ -974,7 +974,7 @@ class SolutionClient(Endpoint):
         consumer = self.whole.pop(key, None)
         if consumer is not None:
             frame = sys._getframe(2)  # (the caller of RemoteObject.__next__: the builtin's caller)
-            if frame is consumer[0] and frame.f_lasti == consumer[1]:
+            if frame is consumer[0] and frame.f_lasti in (consumer[1], consumer[1] - 4):  # (CALL, or its PRECALL)
                 self.whole[key] = consumer
                 value = self.request("next", h={"h": key}, whole=_WHOLE_MOST)
                 more = self.last_reply.get("rest") if type(self.last_reply) is dict else None
@@ -1092,6 +1092,17 @@ class SolutionClient(Endpoint):
         """The test's values the solution gets as its own: snapshots go home, namedtuples and builtins rebuilt."""
         if type(value) is _SolutionNaN:
             return {"f": float.hex(value)}
+        if isinstance(value, Exception) and not isinstance(value, AssertionError) \
+                and not isinstance(type(value), RemoteClass) and "_factory_object" not in vars(value):
+            # The test's exception object (a retry predicate's argument, a handler's): an exception there too,
+            # of its builtin or standard class (a stand-in for the test's own), with its args; back home by token.
+            info = self.exception_info(value)
+            if "cls" in info or "std" in info or getattr(builtins, type(value).__name__, None) is type(value):
+                try:
+                    info["args"] = [nested(arg) for arg in value.args[:20]]
+                except BoundaryError:
+                    info.pop("args", None)
+                return {"ex": info}
         if value is os.environ:  # read by the solution as a mapping; never a handle it could write through
             return nested(dict(value))
         mock = sys.modules.get("unittest.mock")
@@ -1517,14 +1528,15 @@ class SolutionClient(Endpoint):
         self.raised[token] = exc
         message = "an assertion of the test failed" if isinstance(exc, AssertionError) else str(exc)[:2000]
         info = {"type": _builtin_exception_name(type(exc)), "message": message, "token": token}
-        if getattr(builtins, type(exc).__name__, None) is not type(exc):
+        standard = _standard_exception([type(exc).__module__, type(exc).__qualname__]) is type(exc)
+        if getattr(builtins, type(exc).__name__, None) is not type(exc) and not standard:
             try:
                 cls = self.handle_of(type(exc))
             except BaseException:  # noqa: BLE001 -- crosses as its builtin base
                 cls = None
             if cls is not None and "exc" in cls:
                 info["cls"] = cls
-        if _standard_exception([type(exc).__module__, type(exc).__qualname__]) is type(exc):
+        if standard:
             info["std"] = [type(exc).__module__, type(exc).__qualname__]  # (pickle.PicklingError)
         elif isinstance(type(exc), RemoteClass):  # a stand-in of the solution's class: that class there
             info["cls"] = type(exc)._factory_handle_of()
@@ -1725,13 +1737,25 @@ class SolutionClient(Endpoint):
         refs = Refs()
         message = {"op": "call", "h": {"h": key}, "a": [self.encode(a, refs, True) for a in args],
                    "k": [[str(k), self.encode(v, refs, True)] for k, v in kwargs.items()]}
-        value = self.exchange_checked(message, refs, made)
-        if self.depth == 0 and isinstance(value, RemoteObject):  # (its proxy's class: no request)
+        frame, outer = None, None
+        if self.depth == 0:
             frame = sys._getframe(1)
             while frame is not None and frame.f_code.co_filename in _OWN_FILES:
                 frame = frame.f_back
-            if frame is not None:  # the test's call that got it, for _whole_consumer
-                self.made_at = (frame, frame.f_lasti, object.__getattribute__(value, "_key"))
+            # ``list(solution.gen(n))``: the iterator it returns is consumed whole at once, so its items may
+            # come with it (only a builtin iterator, produced by the solution's own: see run_whole there).
+            outer = _consumed_whole_call(frame) if frame is not None else None
+            if outer is not None:
+                message["whole"] = _WHOLE_MOST
+        value = self.exchange_checked(message, refs, made)
+        if frame is not None and isinstance(value, RemoteObject):  # (its proxy's class: no request)
+            key = object.__getattribute__(value, "_key")
+            self.made_at = (frame, frame.f_lasti, key)  # the test's call that got it, for _whole_consumer
+            more = self.last_reply.get("rest") if outer is not None and type(self.last_reply) is dict else None
+            if type(more) is list and 0 < len(more) < _WHOLE_MOST and all(
+                    type(entry) is dict and len(entry) == 1 and _ITEM_TAGS.issuperset(entry) for entry in more):
+                self.rest[key] = collections.deque(more)
+                self.whole[key] = (frame, outer)
         return value
 
 
@@ -2700,11 +2724,19 @@ def _remote_code(remote):
     if _asked_by_pytest():
         raise AttributeError("__code__")
     try:
-        flags, filename, name, line = remote._op("code")
+        flags, filename, name, line, *more = remote._op("code")
         template = (lambda: None).__code__
-        return template.replace(co_flags=(template.co_flags & ~0x3A0) | (int(flags) & 0x3A0),
+        made = template.replace(co_flags=(template.co_flags & ~0x3A0) | (int(flags) & 0x3A0),
                                 co_filename=str(filename)[:500], co_name=str(name)[:200] or "<solution>",
                                 co_firstlineno=max(1, int(line)))
+        if len(more) == 2 and type(more[0]) is list and all(type(n) is str and n.isidentifier() for n in more[0]):
+            try:  # its argument counts and local names, as data (a test reading co_varnames)
+                argcount, posonly, kwonly, star = (int(n) for n in more[1])
+                made = made.replace(co_varnames=tuple(more[0]), co_argcount=argcount, co_posonlyargcount=posonly,
+                                    co_kwonlyargcount=kwonly, co_flags=made.co_flags | (star & 0x0C))
+            except (TypeError, ValueError):
+                pass
+        return made
     except (SolutionUnavailable, BoundaryError, AttributeError, TypeError, ValueError):
         raise AttributeError("__code__") from None
 
@@ -2871,12 +2903,16 @@ def _loaded(frame, opname, name):
     return namespace.get(name, _MISSING) if type(namespace) is dict else _MISSING
 
 
-def _whole_consumer(frame, obj, client):
+def _whole_consumer(frame, obj, client, lasti=None, inner=None):
     """Whether ``frame`` is at a call of a :data:`_WHOLE_CONSUMERS` builtin whose iterable is ``obj`` (a handle of
-    the solution's: the variable holding it, or the call into the solution that returned it just before)."""
+    the solution's: the variable holding it, or the call into the solution that returned it just before).
+
+    With ``lasti`` and ``inner``: whether the call at ``lasti`` is one whose iterable is what the call at offset
+    ``inner`` returns (asked while that call is made, ``obj`` None).
+    """
     if _CONSUMER_SITE_READER is None or frame is None:
         return False
-    site = _consumer_site(frame.f_code, frame.f_lasti)
+    site = _consumer_site(frame.f_code, frame.f_lasti if lasti is None else lasti)
     if site is None:
         return False
     (opname, name, _, held), arguments = site
@@ -2892,7 +2928,10 @@ def _whole_consumer(frame, obj, client):
         return False
     for position, (opname, name, offset, _) in enumerate(arguments):
         if position == spec[1]:
-            if opname == "CALL":
+            if inner is not None:
+                if opname != "CALL" or offset != inner:
+                    return False
+            elif opname == "CALL":
                 made = client.made_at
                 if made is None or made[0] is not frame or made[1] not in (offset, offset - 4) \
                         or made[2] != object.__getattribute__(obj, "_key"):
@@ -2908,6 +2947,34 @@ def _whole_consumer(frame, obj, client):
     return True
 
 
+def _consumed_whole_call(frame):
+    """The offset of the call of a :data:`_WHOLE_CONSUMERS` builtin that takes what the test's call in progress
+    at ``frame`` returns as its iterable (``list(solution.gen(n))``), or None."""
+    if _CONSUMER_SITE_READER is None:
+        return None
+    code, lasti = frame.f_code, frame.f_lasti
+    try:
+        instructions = _INSTRUCTIONS.get(code)
+        if instructions is None:
+            import dis
+
+            listed = list(dis.get_instructions(code))
+            instructions = (listed, {ins.offset: index for index, ins in enumerate(listed)})
+            if len(_INSTRUCTIONS) < 4096:
+                _INSTRUCTIONS[code] = instructions
+        listed, index = instructions[0], instructions[1].get(lasti)
+        if index is not None and listed[index].opname == "PRECALL":
+            index += 1
+        if index is None or listed[index].opname != "CALL" or index + 2 >= len(listed) \
+                or listed[index + 1].opname != "PRECALL" or listed[index + 2].opname != "CALL":
+            return None
+        outer = listed[index + 2].offset
+    except Exception:  # noqa: BLE001 -- bytecode this reading does not know: no batch
+        return None
+    return outer if _whole_consumer(frame, None, None, lasti=outer, inner=listed[index].offset) else None
+
+
+_INSTRUCTIONS = {}  # code -> (its instructions, offset -> index)
 #: Only CPython 3.11's bytecode is read (see _stack_counts); elsewhere iterators are never consumed whole.
 _CONSUMER_SITE_READER = _consumer_site if sys.version_info[:2] == (3, 11) else None
 #: Where this runner's frames (and its generated mirrors of the solution's functions) come from.
