@@ -232,10 +232,10 @@ def describe(verdict: Verdict) -> str:
 # from its isolated failures (bench/bench_realworld.py prints them); strict, so a fix shows up.
 KNOWN_FAILING: dict[str, str] = {
     "decorator": (
-        "isolated 16/24 pass, bare 24: the test's classes and their instances handed to dispatch_on (type(obj) "
-        "and its MRO of a test object, 5x), a coroutine awaited across the boundary (before_after), an exception "
-        "thrown into a solution context manager's __exit__ (assertRaises), the doctests of documentation.py "
-        "(identity of __annotations__, __code__.co_varnames, repr of a mirror)"
+        "isolated 23/24 pass, bare 24: the doctests of documentation.py (9 of 118 examples): __annotations__ "
+        "identity between a solution function and its __wrapped__; decorator(Future) reads the __dict__ of a "
+        "test's threading.Thread subclass (refused; 3 examples follow from it); __source__ of a FunctionMaker "
+        "function; __code__.co_varnames/co_argcount of a solution function that crosses as a real function (3)"
     ),
     "more-itertools": (
         "isolated 0/663 pass, bare 663: 663x the run did not report (exit -9, timed out): stopped by the "
