@@ -27,7 +27,11 @@ waits for the answer while serving the calls that code makes back into it.
 The containers a call received are sent back after it (write-back). What the
 solution prints, logs and warns during a call travels with its messages and
 is re-emitted on the trusted side; the test's environment changes and
-working directory arrive with each call. A test's class deriving from a
+working directory arrive with each call. A class of the test's own is a
+real stand-in class here (:meth:`SolutionServer.test_class`), whose objects
+are the handles on the test's objects of that class; the test's exceptions
+are exceptions here; an awaitable of the test's runs there when awaited, one
+of ours the test awaits runs here (:func:`_run_to_end`). A test's class deriving from a
 solution class has its half here (:meth:`SolutionServer.subclass`), whose
 test-defined members forward to the trusted side; pickling for the test
 happens here (:func:`_pickle`), and ``unpickle`` loads only in this process.

@@ -78,6 +78,20 @@ What the solution printed, logged and warned during a call is re-emitted
 here (``capsys``, ``capfd``, ``caplog``, ``pytest.warns``), and the test's
 environment changes and working directory go with each call.
 
+A class of the tests' own (deriving only from ``object``, the tests' classes
+and ``collections.abc``'s) is a real stand-in class there, built from its
+names and bases (:meth:`SolutionClient.class_description`), registered with
+the ABCs it is a subclass of, and a handle on one of its objects is an
+object of that stand-in: ``issubclass``, ``mro()`` and dispatch on
+``type(obj)`` work there. The test's exception objects are exceptions there
+(their class, or a stand-in for the test's own, with their args). Awaitables
+cross as awaitables: each side runs its own to the end in an event loop of
+its own (:class:`_RemoteCoroutine`, :func:`_run_to_end`). A solution context
+manager's ``__exit__`` sees the block's exception (never an assertion or
+pytest's outcomes) and may suppress it only where suppressing skips nothing
+of the block (:func:`_ends_its_block`) or the test's own generator, thrown
+into, caught it.
+
 A test's class deriving from a solution class is a mixed class
 (:func:`_mixed_class`): its objects live in the solution's process as
 objects of a half made there (the solution's metaclass and
