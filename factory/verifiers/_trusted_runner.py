@@ -1735,11 +1735,18 @@ class SolutionClient(Endpoint):
         """A solution module's list, dict, set or bytearray a test reads (``from pkg import REGISTRY``) as a
         real one of its type (``type(x) is list``), shared from now on: one object each side, the changes
         either makes synced with the messages and written in place (see ``Shared``), under the key ``-handle``
-        (never one the trusted side counts). A few only, within the shared limits; else the live proxy."""
+        (never one the trusted side counts). A few only, within the shared limits, holding immutable plain data
+        when adopted; else the live proxy."""
         key = live._factory_key
         if key in self.adopted:
             return self.adopted[key]
         if len(self.adopted) >= _ADOPTED_LIMIT or not self.shared.room(live) or -key in self.shared.objects:
+            return live
+        base = type(live)._factory_base
+        items = dict.items(live) if base is dict else () if base is bytearray else base.__iter__(live)
+        if not all(_plain_default(item) for item in items):
+            # (plain data only: a handle among them would be hashed, or asked about, while a message is
+            # read; a registry of the solution's functions or classes stays a live proxy)
             return live
         made = type(live)._factory_base.copy(live)  # (the base's copy: the same items, nothing refreshed)
         self.shared.add(made, -key)
