@@ -16,9 +16,9 @@ rebuilt here from plain fields with trusted classes (the standard library's
 value types, namedtuples, the solution's enums, and :class:`_Snapshot` for a
 dataclass with a generated ``__eq__``: equality and order computed here), a
 live container (a list, dict, set or bytearray an attribute read returned:
-module state, whose changes are made in the solution; one a solution module's
-attribute read returned is a real one of its type, shared and kept in sync
-both ways: :meth:`SolutionClient.adopt`), or a handle
+module state, whose changes are made in the solution; a list of plain data a
+solution module's attribute read returned is a real list, shared and kept in
+sync both ways: :meth:`SolutionClient.adopt`), or a handle
 (:class:`RemoteObject`, or a :class:`RemoteClass` for classes) whose
 methods run in the solution's process. An object of a solution class
 deriving from a builtin value type (a ``dict`` subclass such as a config
@@ -1732,23 +1732,21 @@ class SolutionClient(Endpoint):
         return made
 
     def adopt(self, live):
-        """A solution module's list, dict, set or bytearray a test reads (``from pkg import REGISTRY``) as a
-        real one of its type (``type(x) is list``), shared from now on: one object each side, the changes
-        either makes synced with the messages and written in place (see ``Shared``), under the key ``-handle``
-        (never one the trusted side counts). A few only, within the shared limits, holding immutable plain data
-        when adopted; else the live proxy."""
+        """A solution module's list a test reads (``from pkg import FORMATS``) as a real list (``type(x) is
+        list``), shared from now on: one object each side, the changes either makes synced with the messages
+        and written in place (see ``Shared``), under the key ``-handle`` (never one the trusted side counts). A
+        few only, within the shared limits, holding immutable plain data when adopted; else the live proxy.
+        Lists only: a dict or set would hash the solution's objects the solution later puts in it while a
+        message is read (each hash a request: calls nested past the limit)."""
         key = live._factory_key
         if key in self.adopted:
             return self.adopted[key]
         if len(self.adopted) >= _ADOPTED_LIMIT or not self.shared.room(live) or -key in self.shared.objects:
             return live
-        base = type(live)._factory_base
-        items = dict.items(live) if base is dict else () if base is bytearray else base.__iter__(live)
-        if not all(_plain_default(item) for item in items):
-            # (plain data only: a handle among them would be hashed, or asked about, while a message is
-            # read; a registry of the solution's functions or classes stays a live proxy)
+        if not all(_plain_default(item) for item in list.__iter__(live)):
+            # (plain data only: a registry of the solution's functions or classes stays a live proxy)
             return live
-        made = type(live)._factory_base.copy(live)  # (the base's copy: the same items, nothing refreshed)
+        made = list.copy(live)  # (the base's copy: the same items, nothing refreshed)
         self.shared.add(made, -key)
         self.adopted[key] = made
         self.adopting.append(key)
@@ -3566,7 +3564,7 @@ class RemoteModule(types.ModuleType):
                     and client.depth == 0 and len(client.module_cache) < 4096 and (
                         isinstance(value, (RemoteObject, RemoteClass)) or _solution_function_key(value, client)):
                 client.module_cache[cache_key] = value
-        if isinstance(value, _Live):  # module state the test reads: a real list (dict, set) kept in sync
+        if type(value) is _LIVE_TYPES["list"]:  # module state the test reads: a real list kept in sync
             value = client.adopt(value)
         if isinstance(value, RemoteClass) and _by_test(sys._getframe(1)):
             client.named.add(value._factory_key)  # the test relies on this class's own semantics
