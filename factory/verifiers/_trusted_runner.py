@@ -1533,6 +1533,13 @@ class SolutionClient(Endpoint):
                 self.pending = self.pending or BoundaryError(f"an argument could not be written back ({exc})")
         return reply
 
+    def unserved(self, request, exc):
+        """A request of the solution's that failed here while read (:meth:`Endpoint.exchange` answers it as an
+        error): the running test fails with it, whatever the solution does with the error."""
+        failure = BoundaryError(str(exc)) if isinstance(exc, WireError) else exc
+        self.pending = self.pending or failure
+        return {"exc": {"type": "TypeError", "message": f"boundary: {exc}"[:2000]}}
+
     def exception_info(self, exc):
         """The test's exception ``exc`` as the solution gets it (raised into it, or thrown into its context manager):
         its builtin base's name, message and a token that brings this very object back should it return; a class

@@ -1002,23 +1002,44 @@ class Endpoint:
         """The reply to one request of the peer."""
         raise NotImplementedError
 
+    def unserved(self, request, exc):
+        """The reply to a peer's ``request`` that raised ``exc`` while it was read or answered here (a limit
+        reached, a value that could not cross). Subclasses may also note the failure on their side."""
+        return {"exc": {"type": "TypeError", "builtin": True, "cls": None, "message": f"boundary: {exc}"[:2000]}}
+
     def send(self, message):
         self.channel.send(self.outgoing(message))
 
     def exchange(self, request):
-        """Send ``request``; serve the peer's nested requests until its reply comes, and return that."""
+        """Send ``request``; serve the peer's nested requests until its reply comes, and return that.
+
+        Every nested request is answered, whatever reading or serving it raises (only a dead channel ends
+        the wait): the peer is waiting for that answer, and a request left unanswered would pair each later
+        reply with the wrong request, so one failing test would fail all after it.
+        """
         if self.depth >= MAX_NESTING:
             raise WireError(f"calls nested deeper than {MAX_NESTING} across the boundary")
         self.depth += 1
         try:
             self.send(request)
             while True:
-                message = self.incoming(self.channel.receive())
+                message = self.channel.receive()
                 if type(message) is not dict:
                     raise WireError("malformed message")
                 if "op" not in message:
-                    return message
-                self.send(self.serve_one(message))
+                    return self.incoming(message)
+                try:
+                    reply = self.serve_one(self.incoming(message))
+                except (EOFError, OSError):
+                    raise
+                except BaseException as exc:  # noqa: BLE001 -- answered as an error (see above)
+                    reply = self.unserved(message, exc)
+                try:
+                    self.send(reply)
+                except (EOFError, OSError):
+                    raise
+                except BaseException as exc:  # noqa: BLE001 -- what goes with the reply could not be sent
+                    self.channel.send(self.unserved(message, exc))
         finally:
             self.depth -= 1
 

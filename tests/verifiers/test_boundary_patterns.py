@@ -1224,3 +1224,51 @@ def test_a_refused_builtin_fails_its_call_and_not_the_rest():
     assert verdict.status == "fail" and verdict.details["passed"] == 1, verdict.details
     assert "test_lib.py::test_catches_with_the_solutions_class" in verdict.details["failures"], verdict.details
     assert any("BaseException" in entry["what"] for entry in verdict.details["boundary"]), verdict.details
+
+
+RECURSES_PAST_THE_LIMIT = """
+    import contextlib
+    import pytest
+    import lib
+
+    class Writer:
+        def write(self, text):  # each line the solution prints calls it again: the printing nests without end
+            if text.strip():
+                lib.shout(text, lambda: None)
+            return len(text)
+
+        def flush(self):
+            pass
+
+    def test_ping_pong():
+        def pong(n):
+            return lib.ping(n - 1, pong)
+
+        with pytest.raises(RecursionError):
+            lib.ping(10 ** 6, pong)
+
+    def test_printing_into_the_test():
+        with pytest.raises(RecursionError):
+            with contextlib.redirect_stdout(Writer()):
+                lib.shout("a", lambda: None)
+
+    def test_ordinary():
+        assert lib.ping(0, None) == 0 and lib.shout("b", lambda: 1) == 1
+"""
+
+
+def test_calls_nested_past_the_limit_fail_only_their_test():
+    """Calls nested past the boundary's limit fail that test (bare Python: a RecursionError) and both ends are
+    back in step for the next one."""
+    solution = """
+        def ping(n, callback):
+            return 0 if n <= 0 else callback(n)
+
+        def shout(text, callback):
+            print("x" + text)
+            return callback()
+    """
+    verdict = verify(RECURSES_PAST_THE_LIMIT, solution)
+    assert verdict.details["passed"] == 1 and verdict.details["total"] == 3, verdict.details
+    assert set(verdict.details["failed"]) == {"test_lib.py::test_ping_pong", "test_lib.py::test_printing_into_the_test"}
+    assert all("nested deeper" in entry["what"] for entry in verdict.details["boundary"])
