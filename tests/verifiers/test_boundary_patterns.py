@@ -1254,6 +1254,12 @@ RECURSES_PAST_THE_LIMIT = """
 
     def test_ordinary():
         assert lib.ping(0, None) == 0 and lib.shout("b", lambda: 1) == 1
+
+    def test_nested_a_few_times():
+        def pong(n):
+            return lib.ping(n - 1, pong)
+
+        assert lib.ping(30, pong) == 0
 """
 
 
@@ -1269,6 +1275,6 @@ def test_calls_nested_past_the_limit_fail_only_their_test():
             return callback()
     """
     verdict = verify(RECURSES_PAST_THE_LIMIT, solution)
-    assert verdict.details["passed"] == 1 and verdict.details["total"] == 3, verdict.details
+    assert verdict.details["passed"] == 2 and verdict.details["total"] == 4, verdict.details
     assert set(verdict.details["failed"]) == {"test_lib.py::test_ping_pong", "test_lib.py::test_printing_into_the_test"}
     assert all("nested deeper" in entry["what"] for entry in verdict.details["boundary"])

@@ -318,6 +318,48 @@ def test_nesting_is_bounded():
         right.close()
 
 
+class Picky(Echo):
+    """An :class:`Echo` that cannot read the peer's request for ``refused`` (as a value that fails to decode)."""
+
+    refused = None
+
+    def incoming(self, message):
+        if "op" in message and message["n"] == self.refused:
+            raise ValueError("unreadable")
+        return message
+
+
+@pytest.mark.parametrize(("first", "refused"), [(3 * MAX_NESTING, None), (2, 1)])
+def test_a_request_that_fails_while_nested_is_answered_and_both_ends_stay_in_step(first, refused):
+    """Nested past the limit (or unreadable): the failing request is answered as an error, so the
+    next exchange pairs with its own reply and both ends are back at depth 0."""
+    left, right = socket.socketpair()
+    left.settimeout(10)
+    right.settimeout(10)
+    try:
+        a, b = Picky(Channel(left)), Picky(Channel(right))
+
+        def serve():
+            for _ in range(2):
+                request = b.channel.receive()
+                try:
+                    reply = b.serve_one(b.incoming(request))
+                except Exception as exc:  # noqa: BLE001 -- what a server's top level does
+                    reply = b.unserved(request, exc)
+                b.send(reply)
+
+        server = threading.Thread(target=serve, daemon=True)
+        server.start()
+        a.refused = refused
+        assert "exc" in a.exchange({"op": "twice", "n": first})
+        assert a.exchange({"op": "twice", "n": 3}) == {"ok": 8}
+        server.join(10)
+        assert not server.is_alive() and a.depth == b.depth == 0
+    finally:
+        left.close()
+        right.close()
+
+
 def test_a_working_directory_crosses_relative_to_the_workspace():
     """A test's cwd inside its workspace maps onto the solution's own (never a path into the tests' workspace)."""
     from factory.verifiers._wire import cwd_from_wire, cwd_to_wire
