@@ -439,6 +439,9 @@ _AHEAD_AFTER = 4
 _AHEAD_MOST = 4096
 #: References to a test's iterator passed as a temporary argument, seen from clone_ahead (see there).
 _TEMPORARY_REFS = 6
+#: The same at the entry of a generated mirror of a solution function (_solution_function's forward): its
+#: parameter, the tuple of values and getrefcount's argument; a test's variable makes it at least one more.
+_MIRROR_TEMPORARY_REFS = 3
 #: Most items of an iterator consumed whole by a builtin asked for in one request (see _whole_consumer).
 _WHOLE_MOST = 4096
 _ITEM_TAGS = frozenset({"i", "j", "jt", "jl", "end"})
@@ -740,6 +743,7 @@ class SolutionClient(Endpoint):
         self.whole, self.rest = {}, {}
         self.made_at = None  # (the test's frame, the offset of its call, key) of the handle a call just returned
         self.module_cache = {}  # (module key, name) -> a module's function or class, until the solution says stale
+        self.temporary_args = {}  # id -> a test's builtin iterator a mirror function was passed as a temporary
         self.sent_modules = ()  # the values last sent (held, so that their ids stay theirs)
         self.stream_only = {}  # key -> whether a stream the solution got as its sys.stdin (etc.) is read
         self.root = os.getcwd()  # the trusted workspace: a working directory inside it crosses relative to it
@@ -1050,7 +1054,8 @@ class SolutionClient(Endpoint):
         # tuples of the call in progress (_RemoteCallable.__call__) and the stack slot of the test's frame that
         # passed a temporary. Any more (the test's variable, a container, a helper's parameter): the test
         # holds it, and gets no run ahead. (Measured; if a path holds fewer, a held iterator may run ahead.)
-        if count < 1 or type(target) not in _CLONABLE_ITERATORS or sys.getrefcount(target) > _TEMPORARY_REFS:
+        if count < 1 or type(target) not in _CLONABLE_ITERATORS or (
+                sys.getrefcount(target) > _TEMPORARY_REFS and self.temporary_args.get(id(target)) is not target):
             return []
         try:
             rebuild, args, *state = target.__reduce__()
@@ -3384,6 +3389,11 @@ def _solution_function(client, remote, described):
         exec(compile(source, "<a solution's function>", "exec"), scratch)  # noqa: S102 -- our own template
 
         def forward(values):
+            # A test's builtin iterator passed as a temporary (``nth(permutations(...), n)``) may run ahead as
+            # through a handle (SolutionClient.clone_ahead): told here, where its references are few and known.
+            temporaries = {id(values[index]): values[index] for index in range(len(values))
+                           if type(values[index]) in _CLONABLE_ITERATORS
+                           and sys.getrefcount(values[index]) <= _MIRROR_TEMPORARY_REFS}
             omitted = [name in own and value is own[name] for name, value in zip(names, values)]
             # Positional parameters before a positional-only one that was passed (or extra positional
             # arguments) must go positionally, even where the caller passed the default's very object.
@@ -3404,7 +3414,13 @@ def _solution_function(client, remote, described):
                     kwargs[name] = value
                 else:
                     args.append(value)
-            return remote(*args, **kwargs)
+            if not temporaries:
+                return remote(*args, **kwargs)
+            outer, client.temporary_args = client.temporary_args, {**client.temporary_args, **temporaries}
+            try:
+                return remote(*args, **kwargs)
+            finally:
+                client.temporary_args = outer
 
         inner = scratch["_factory_make"](forward)
         code = described.get("code")
