@@ -732,6 +732,43 @@ HONEST = {
             value = lib.parse("gadget,nan")["value"]
             assert math.isnan(value) and value != value
         """),
+    "iterator-raising-mid-stream": (  # (items run ahead or brought whole: the raise ends only that test)
+        """
+        def numbers(n, bad):
+            for i in range(n):
+                if i == bad:
+                    raise ValueError(i)
+                yield i
+
+        def mapped(f, items):
+            for x in items:
+                yield f(x)
+        """,
+        """
+        import pytest
+        import lib
+
+        def test_whole():
+            with pytest.raises(ValueError):
+                list(lib.numbers(5, 3))
+
+        def test_loop():
+            seen = []
+            with pytest.raises(ValueError):
+                for x in lib.numbers(50, 30):
+                    seen.append(x)
+            assert seen == list(range(30))
+
+        def test_calls_back_and_raises():
+            it = lib.mapped(lambda x: 10 // x, [5, 2, 1, 0, 3])
+            assert next(it) == 2
+            with pytest.raises(ZeroDivisionError):
+                list(it)
+
+        def test_after():
+            assert list(lib.numbers(4, 100)) == [0, 1, 2, 3]
+            assert sum(lib.mapped(lambda x: x, range(10))) == 45
+        """),
 }
 
 
