@@ -238,11 +238,13 @@ KNOWN_FAILING: dict[str, str] = {
         "function; __code__.co_varnames/co_argcount of a solution function that crosses as a real function (3)"
     ),
     "more-itertools": (
-        "isolated 0/663 pass, bare 663: 663x the run did not report (exit -9, timed out): stopped by the "
-        "180 s time limit (bare: 6 s); with the limit raised to 900 s (bwrap, cold, load 7-10) "
-        "tests/test_recipes.py passes 129/129 in 225 s (iterators now run ahead in batches; test_cross_check's "
-        "8000 short factor() generators still cross item by item) and tests/test_more.py 511/534 in 250 s "
-        "(comparisons of solution objects, identity of returned items, random seeding, a live SequenceView)"
+        "isolated 0/663 pass, bare 663: 663x the run did not report (exit -9, timed out): still stopped by the "
+        "180 s time limit (183 s; bare 15 s; bwrap, load 5-8). Now list(f(...)), sorted/set/sum/reduce(op, ...) "
+        "take a solution generator's items with the call (test_cross_check: 30031 -> 12015 round trips, "
+        "383 s -> 23 s on a host socket pair), module functions' handles are reused, and a temporary "
+        "permutations() passed to nth() runs ahead again (>300 s -> 33 s); the rest is ~10k calls at 0.3-1 ms "
+        "a round trip under load. Earlier with 900 s: tests/test_more.py 511/534 (comparisons of solution "
+        "objects, identity of returned items, random seeding, a live SequenceView)"
     ),
     "toolz": (
         "isolated 176/180 pass, bare 180: Compose objects (a class the tests never name, made by compose()) "
