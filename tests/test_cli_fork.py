@@ -92,10 +92,9 @@ def test_a_judge_that_is_the_policy_is_one_warning_line(tmp_path):
     assert "JudgeSameAsPolicyWarning" not in result.stderr  # not Python's file:line form
 
 
-def test_ctrl_c_keeps_finished_branches_and_resume_completes(tmp_path):
-    db = tmp_path / "f.duckdb"
-    tasks = write_tasks(tmp_path / "t.jsonl", 30)
-    replay = write_replay(tmp_path / "r.jsonl", delay_s=0.25)
+def _interrupt_a_fork(tmp_path: Path, tasks: Path, replay: Path, wait_s: float) -> tuple[Path, int]:
+    """Start a fork, send SIGINT ``wait_s`` after its first write, and return its store and kept branches."""
+    db = tmp_path / f"f-{wait_s:g}.duckdb"
     proc = subprocess.Popen(fork_cmd(tasks, "--model", f"replay:{replay}", "--db", db, "-n", 2, "-c", 2,
                                      "--run-id", "ctrlc"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     # Interrupt once the run is under way (it needs about 8 s): its first write makes the store's WAL. A fixed
@@ -103,14 +102,25 @@ def test_ctrl_c_keeps_finished_branches_and_resume_completes(tmp_path):
     wal, deadline = Path(f"{db}.wal"), time.monotonic() + 120
     while not wal.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
-    time.sleep(3)
+    time.sleep(wait_s)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "Resume with: factory fork --resume ctrlc" in err and "Traceback" not in err
     with Store.open(db, read_only=True) as store:
         assert store.run("ctrlc")["status"] == "interrupted"
-        kept = store.branches("ctrlc").height
+        return db, store.branches("ctrlc").height
+
+
+def test_ctrl_c_keeps_finished_branches_and_resume_completes(tmp_path):
+    tasks = write_tasks(tmp_path / "t.jsonl", 30)
+    replay = write_replay(tmp_path / "r.jsonl", delay_s=0.25)
+    # On a machine so loaded that no branch finished before the interrupt, nothing was there to keep: the same
+    # run is interrupted again later (a machine that slow does not finish all 60 branches in twice the time).
+    for wait_s in (3, 6, 12, 24):
+        db, kept = _interrupt_a_fork(tmp_path, tasks, replay, wait_s)
+        if kept:
+            break
     assert 0 < kept < 60
     result = subprocess.run(fork_cmd("--resume", "ctrlc", "--model", f"replay:{replay}", "--db", db, "--json"),
                             capture_output=True, text=True, timeout=300)
