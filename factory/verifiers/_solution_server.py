@@ -71,6 +71,7 @@ if __name__ != "__main__":  # imported on the host (tests); in the sandbox _wire
     from factory.verifiers._wire import (
         HANDLE_KEYS,
         SIDE_TAGS,
+        CoroutineFace,
         Endpoint,
         Refs,
         Shared,
@@ -407,24 +408,10 @@ class _TrustedAwaitable(TrustedObject):
         yield  # (a generator: ``await`` gets the result when it stops)
 
 
-class _TrustedCoroutine(_TrustedAwaitable):
+class _TrustedCoroutine(CoroutineFace, _TrustedAwaitable):
     """A coroutine of the test's: ``asyncio.run``, ``create_task`` and ``send``/``throw``/``close`` take it."""
 
     __slots__ = ()
-
-    def send(self, value):
-        if value is not None:
-            raise TypeError("can't send non-None value to a just-started coroutine")
-        raise StopIteration(self._op("await"))
-
-    def __next__(self):  # (what a Task's step calls, as PyIter_Send does for an object with tp_iternext)
-        return self.send(None)
-
-    __iter__ = None  # not iterable, as a coroutine is not
-
-    def throw(self, kind, value=None, traceback=None):
-        self.close()
-        raise value if value is not None else kind
 
     def close(self):
         self._op("close")

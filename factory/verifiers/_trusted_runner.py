@@ -162,6 +162,7 @@ import types
 if __name__ != "__main__":  # imported on the host (tests); in the sandbox _wire's source precedes this
     from factory.verifiers._wire import (
         Channel,
+        CoroutineFace,
         Endpoint,
         Refs,
         Shared,
@@ -3234,25 +3235,11 @@ class _RemoteAwaitable(RemoteObject):
         yield  # (a generator: ``await`` gets the result when it stops)
 
 
-class _RemoteCoroutine(_RemoteAwaitable):
+class _RemoteCoroutine(CoroutineFace, _RemoteAwaitable):
     """A coroutine of the solution's (``asyncio.run(solution.fetch())``, ``loop.run_until_complete``,
     ``create_task``): a Task drives it by ``send``, which runs it to its end there."""
 
     __slots__ = ()
-
-    def send(self, value):
-        if value is not None:
-            raise TypeError("can't send non-None value to a just-started coroutine")
-        raise StopIteration(self._op("await"))
-
-    def __next__(self):  # (what a Task's step calls, as PyIter_Send does for an object with tp_iternext)
-        return self.send(None)
-
-    __iter__ = None  # not iterable, as a coroutine is not
-
-    def throw(self, kind, value=None, traceback=None):
-        self.close()
-        raise value if value is not None else kind
 
     def close(self):
         self._op("callmethod", name="close", a=[])

@@ -64,9 +64,10 @@ import struct
 import sys
 import time
 
-__all__ = ["MAX_DEPTH", "MAX_FRAME", "MAX_NESTING", "PLAIN_SCALARS", "Channel", "Endpoint", "Refs", "Shared",
-           "WireError", "WorkspaceFiles", "container_states", "cwd_from_wire", "cwd_to_wire", "decode_item", "decode_value",
-           "encode_item", "encode_value", "mirror_name_allowed", "states_of", "write_back"]
+__all__ = ["MAX_DEPTH", "MAX_FRAME", "MAX_NESTING", "PLAIN_SCALARS", "Channel", "CoroutineFace", "Endpoint", "Refs",
+           "Shared", "WireError", "WorkspaceFiles", "container_states", "cwd_from_wire", "cwd_to_wire",
+           "decode_item", "decode_value", "encode_item", "encode_value", "mirror_name_allowed", "states_of",
+           "write_back"]
 
 MAX_FRAME = 64 * 1024 * 1024
 MAX_DEPTH = 200
@@ -1047,6 +1048,30 @@ class Endpoint:
 #: Items of an iterator run ahead cross in a short form when they are plain ints and strings (or a tuple or list
 #: of them): ``{"j": x}``, ``{"jt": [...]}``, ``{"jl": [...]}``; everything else as ``{"i": tagged}``.
 _SHORT_INT = 1 << 53
+
+
+class CoroutineFace:
+    """What a Task and ``asyncio.run`` need of a coroutine whose body runs on the other side of the boundary.
+
+    The body is run to its end there at the first ``send``; a subclass gives ``_op("await")`` (the run) and
+    ``close``.
+    """
+
+    __slots__ = ()
+
+    def send(self, value):
+        if value is not None:
+            raise TypeError("can't send non-None value to a just-started coroutine")
+        raise StopIteration(self._op("await"))
+
+    def __next__(self):  # (what a Task's step calls, as PyIter_Send does for an object with tp_iternext)
+        return self.send(None)
+
+    __iter__ = None  # not iterable, as a coroutine is not
+
+    def throw(self, kind, value=None, traceback=None):
+        self.close()
+        raise value if value is not None else kind
 
 
 def encode_item(value, encode):
