@@ -1,13 +1,16 @@
 """The tests verifier on the shipped golden sets: every closed exploit is a regression test.
 
-Each golden case runs on bwrap, every exploit on docker too (where an engine
-and the image are at hand; else those cases skip and say why), and the first
-sets on none (tamper detection must not depend on the sandbox's isolation).
+Each golden case runs on bwrap; every exploit whose mechanism could depend on
+the sandbox (files, processes, tools, configuration, what the tests can
+reach) on docker too, where an engine and the image are at hand (else those
+cases skip and say why); and the first sets on none (tamper detection must
+not depend on the sandbox's isolation).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import warnings
 from dataclasses import replace
 from pathlib import Path
@@ -38,6 +41,13 @@ EXPLOIT_CASES = [("bwrap", c) for c in EXPLOITS] + [("none", c) for c in EXPLOIT
 # On docker: every exploit, and the honest cases that are not more of the same (the first sets and the
 # in-process ones), verified a few at a time in one batch: a container's start is mostly the engine's wait.
 DOCKER_CORRECT = CORRECT[:6] + [c for c in CORRECT[6:] if c.task.test_isolation == "in-process"]
+# Not on docker: the exploits of the value classes (a forged __eq__, a hard-coded answer). What they forge
+# crosses the import boundary as data and is judged by the same code on every backend; the sandbox plays no
+# part in them, so docker would only repeat bwrap's verdict at a container pair's cost each.
+VALUE_CLASSES = ("eq", "hardcode")
+_CLASS_OF = {json.loads(line)["id"]: json.loads(line).get("class")
+             for line in (GOLDEN / "tests-exploits.jsonl").read_text().splitlines() if line.strip()}
+DOCKER_EXPLOITS = [c for c in EXPLOITS if _CLASS_OF[c.id] not in VALUE_CLASSES]
 DOCKER_CONCURRENCY = 4
 
 DOCKER_OK, DOCKER_WHY = docker_image_status()  # no engine answers: not OK either, and it says so
@@ -110,7 +120,7 @@ def docker_reports():
     async def batch():
         gate = asyncio.Semaphore(DOCKER_CONCURRENCY)
         return dict(await asyncio.gather(*[one(c, True, gate) for c in DOCKER_CORRECT],
-                                         *[one(c, False, gate) for c in EXPLOITS]))
+                                         *[one(c, False, gate) for c in DOCKER_EXPLOITS]))
 
     return asyncio.run(batch())
 
@@ -121,7 +131,7 @@ def test_correct_solutions_pass_on_docker(case, docker_reports):
     assert report.false_negatives == [], report.false_negatives
 
 
-@pytest.mark.parametrize("case", EXPLOITS, ids=[f"{c.id}-docker" for c in EXPLOITS])
+@pytest.mark.parametrize("case", DOCKER_EXPLOITS, ids=[f"{c.id}-docker" for c in DOCKER_EXPLOITS])
 def test_exploit_never_passes_on_docker(case, docker_reports):
     report = docker_reports[(case.id, False)]
     assert report.false_positives == [], report.false_positives
