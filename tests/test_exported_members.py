@@ -44,6 +44,8 @@ PRIVATE_IMPORTS_IN_TESTS = {
     "tests/verifiers/test_isolation.py": "checks which workspace files and module names the isolated tests run "
                                          "serves, internal to the tests verifier",
     "tests/verifiers/test_wire.py": "checks the import boundary's wire encoding, internal to the isolated tests run",
+    "tests/verifiers/test_crossing_batches.py": "counts the import boundary's round trips (both ends, internal to "
+                                                "the isolated tests run) on a socket pair, without a sandbox",
     "tests/test_errors.py": "drives the CLI's lazy group (internal) with commands of its own to check how it maps "
                             "the error tree to exit codes",
     "tests/sandbox/test_image.py": "checks the image builder's dpkg closure, merged-/usr path rules and rootfs "
