@@ -98,6 +98,7 @@ class WarmRunner:
         self.started = self.last_used = time.monotonic()
         self.runs = 0
         self.lifeline: socket.socket | None = None
+        self.root_fd: int | None = None  # (see address)
 
     @property
     def inside(self) -> str:
@@ -130,7 +131,7 @@ class WarmRunner:
         self.server = asyncio.ensure_future(self.sandbox.exec(
             stable_layout(_run_file(f"{self.inside}/{ZYGOTE_DIR}/{ZYGOTE_NAME}")), timeout=LIFETIME_S + 60,
             stdin=json.dumps(settings)))
-        socket_path = os.path.join(self.root, ZYGOTE_SOCKET)
+        socket_path = self.address()
         deadline = time.monotonic() + 60
         # The first connection is the lifeline: the runner exits when it closes (close(), or this pool's event
         # loop found closed). The socket's file is there from bind(); connect succeeds from listen().
@@ -149,16 +150,33 @@ class WarmRunner:
             self.lifeline = lifeline
         self.started = self.last_used = time.monotonic()
 
+    def address(self) -> str:
+        """The runner's socket as this process reaches it, in fewer than 108 bytes whatever ``TMPDIR`` is.
+
+        A Unix socket's path must fit ``sun_path``: under a long temporary folder (pytest's, a job
+        scheduler's) the host's path to the runner's socket does not, and every verification would wait for a
+        runner it can never reach. The folder is reached through its descriptor in ``/proc/self/fd`` instead.
+        """
+        path = os.path.join(self.root, ZYGOTE_SOCKET)
+        if len(os.fsencode(path)) < 100:
+            return path
+        if self.root_fd is None:
+            self.root_fd = os.open(self.root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        return f"/proc/self/fd/{self.root_fd}/{ZYGOTE_SOCKET}"
+
     def let_go(self) -> None:
         """Close the lifeline: the runner's process exits (synchronous: usable after its event loop closed)."""
         if self.lifeline is not None:
             self.lifeline.close()
             self.lifeline = None
+        if self.root_fd is not None:
+            os.close(self.root_fd)
+            self.root_fd = None
 
     async def run(self, request: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         """Send one verification; its exit status and output (or ``error``)."""
         self.runs += 1
-        reader, writer = await asyncio.open_unix_connection(os.path.join(self.root, ZYGOTE_SOCKET))
+        reader, writer = await asyncio.open_unix_connection(self.address())
         try:
             data = json.dumps(request).encode()
             writer.write(_LENGTH.pack(len(data)) + data)

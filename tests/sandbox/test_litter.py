@@ -147,5 +147,11 @@ def test_kill_9_mid_run_then_resume_leaves_no_sandbox_folder(tmp_path, tmpdir_ro
     result = subprocess.run([*fork, "--resume", "litter", "--json"], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["branches"] == 16
+    # Under the test's long TMPDIR every verification still reaches its warm runner (a socket path over 108
+    # bytes once made each one an infrastructure error after a 60 s wait): all 16 are judged, as failures.
+    import duckdb
+
+    with duckdb.connect(str(db), read_only=True) as connection:
+        assert connection.execute("SELECT status, count(*) FROM verdicts GROUP BY 1").fetchall() == [("fail", 16)]
     assert list(root.iterdir()) == []  # the dead forks' folders swept, the finished one's removed at exit
     assert [p.name for p in tmpdir_root.iterdir() if p.name.startswith("factory-")] == ["factory-sandboxes"]
