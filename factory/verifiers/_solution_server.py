@@ -288,7 +288,10 @@ class TrustedObject:
     @property
     def __signature__(self):
         # inspect.signature of the test's callable, as the trusted side computes it (or its TypeError/ValueError)
-        return _signature_of(self._op("signature"), object.__getattribute__(self, "_server").value)
+        described = self._op("signature")
+        if described == "descriptor":  # a test's class whose __signature__ is a property: that is what it reads
+            return _SIGNATURE_DESCRIPTOR
+        return _signature_of(described, object.__getattribute__(self, "_server").value)
 
     def __setattr__(self, name, value):
         raise AttributeError(f"objects of the test are read-only to the solution ({name})")
@@ -533,7 +536,10 @@ class _TestClassMeta(abc.ABCMeta):
         if type(key) is not int:
             return None
         server = vars(cls)["_factory_server"]
-        return _signature_of(server.request("signature", rh=key), server.value)
+        described = server.request("signature", rh=key)
+        if described == "descriptor":  # the test's class has a __signature__ property: that is what it reads
+            return _SIGNATURE_DESCRIPTOR
+        return _signature_of(described, server.value)
 
     def __repr__(cls):
         return f"<class '{cls.__module__}.{cls.__qualname__}'>"
@@ -544,6 +550,28 @@ def _handle_namespace(lacks):
     dropped = {*lacks, *(("__getitem__",) if "__iter__" in lacks else ()), "__slots__", "__dict__", "__weakref__",
                *TrustedObject.__slots__}
     return {name: value for name, value in vars(TrustedObject).items() if name not in dropped}
+
+
+class _SignatureDescriptor:
+    """What a test's class whose ``__signature__`` is a property (toolz's ``AddX``) answers for
+    ``cls.__signature__``: a descriptor, as in-process (``inspect.signature(cls)`` raises its TypeError, and
+    ``hasattr(cls.__signature__, "__get__")`` holds). Bound to one of the test's objects it is that object's
+    signature, asked of the trusted side; the test's getter itself never crosses."""
+
+    __slots__ = ()
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        if not _is_trusted_handle(obj):
+            raise TypeError("the test's __signature__ property reads only the test's own objects")
+        return obj.__signature__
+
+    def __repr__(self):
+        return "<the test's __signature__ property>"
+
+
+_SIGNATURE_DESCRIPTOR = _SignatureDescriptor()
 
 
 class _AnnotationText(str):
@@ -564,12 +592,28 @@ def _plain_value(value, depth=0):
 
 
 def _annotation_text(annotation):
-    """An annotation as text (None when there is none)."""
+    """An annotation as text (None when there is none); a builtin class as ``{"bi": name}``, itself on the other
+    side (``sig.return_annotation == str``)."""
     import inspect
 
     if annotation is inspect.Parameter.empty:
         return None
+    if type(annotation) is type and getattr(builtins, annotation.__name__, None) is annotation \
+            and not issubclass(annotation, BaseException):
+        return {"bi": annotation.__name__}
     return str(annotation if type(annotation) is str else inspect.formatannotation(annotation))[:200]
+
+
+def _annotation_of(described, empty):
+    """The annotation :func:`_annotation_text` described (on either side): text, or a builtin class; else
+    ``empty``."""
+    if type(described) is str:
+        return _AnnotationText(described[:200])
+    if type(described) is dict and len(described) == 1 and type(described.get("bi")) is str:
+        found = getattr(builtins, described["bi"], None)
+        if type(found) is type and not issubclass(found, BaseException):
+            return found
+    return empty
 
 
 def _signature_of(described, decode):
@@ -583,10 +627,9 @@ def _signature_of(described, decode):
         parameters = [inspect.Parameter(name, inspect._ParameterKind(kind),
                                         default=empty if not state else _HIDDEN_DEFAULT if state == 2
                                         else decode(default),
-                                        annotation=_AnnotationText(annotation) if type(annotation) is str else empty)
+                                        annotation=_annotation_of(annotation, empty))
                       for name, kind, state, default, annotation in params]
-        return inspect.Signature(parameters, return_annotation=_AnnotationText(returns) if type(returns) is str
-                                 else inspect.Signature.empty)
+        return inspect.Signature(parameters, return_annotation=_annotation_of(returns, inspect.Signature.empty))
     except (TypeError, ValueError, WireError) as exc:
         raise ValueError(f"the test's callable has no signature that crosses ({exc})") from None
 
@@ -640,8 +683,8 @@ def _mirror_function(server, key, described):
                     kwdefaults[name] = value
                 else:
                     defaults.append(value)
-            if type(annotation) is str:
-                annotations[name] = _AnnotationText(annotation[:200])
+            if _annotation_of(annotation, None) is not None:
+                annotations[name] = _annotation_of(annotation, None)
             names.append(name)
             previous = kind
         if previous == _POSITIONAL_ONLY:
@@ -678,8 +721,8 @@ def _mirror_function(server, key, described):
         made = namespace["_factory_mirror"]
         made.__defaults__ = tuple(defaults) or None
         made.__kwdefaults__ = kwdefaults or None
-        if type(described.get("ret")) is str:
-            annotations["return"] = _AnnotationText(described["ret"][:200])
+        if _annotation_of(described.get("ret"), None) is not None:
+            annotations["return"] = _annotation_of(described["ret"], None)
         made.__annotations__ = annotations
         for attribute in ("name", "qualname", "module", "doc"):
             value = described.get(attribute)
@@ -808,6 +851,9 @@ class SolutionServer(Endpoint):
         self.dataclass_trusted = {}  # key -> the handle on the test's object itself
         self.mirror_seen = {}  # key -> the test function's attributes when it last crossed
         self.mirror_signature = {}  # key -> the test function's signature when it last crossed
+        # id of a mirror's __annotations__ -> (the test function's key, that dict, its items as made): the dict
+        # (held, so its id is not reused) crosses back as the test function's own while it is unchanged
+        self.mirror_annotations = {}
         self.described = {}  # key of a function of the solution -> its description (describe_function) or None
         self.standard = {}  # id -> (a standard library object the trusted side sent by name, that name)
         self.logs = []
@@ -1248,6 +1294,8 @@ class SolutionServer(Endpoint):
             made = _mirror_function(self, key, described) if described is not None else None
             if made is not None:
                 self.mirrors[id(made)] = key
+                self.mirror_annotations[id(made.__annotations__)] = (key, made.__annotations__,
+                                                                     dict(made.__annotations__))
                 if type(described.get("repr")) is str:
                     self.mirror_reprs[key] = described["repr"][:1000]
             elif data.get("k") == "class" and type(data.get("sc")) is dict:
@@ -1673,9 +1721,14 @@ class SolutionServer(Endpoint):
             result = made = self.dispatch(request, refs)
             op = request.get("op")
             test_owned = id(result) in self.shared.keys  # the test's own container: it crosses back as itself
-            if type(result) in _LIVE and not test_owned and (op in ("getattr", "getitem") or (op == "callmethod" and (
-                    result is self.resolve(request["h"]) or request.get("name") in ("__getitem__", "get",
-                                                                                    "setdefault")))):
+            annotations = self.mirror_annotations.get(id(result)) if type(result) is dict else None
+            if annotations is not None and annotations[1] is result and result == annotations[2]:
+                # A mirror's __annotations__ as made (``functools.wraps``, ``decorator`` copy the dict itself):
+                # the test's function's own dict there (``wrapper.__annotations__ is f.__annotations__``)
+                value = {"ann": annotations[0]}
+            elif type(result) in _LIVE and not test_owned and (op in ("getattr", "getitem") or (
+                    op == "callmethod" and (result is self.resolve(request["h"]) or request.get("name") in (
+                        "__getitem__", "get", "setdefault")))):
                 # module state, an object's items (``config["a"].append(x)``): a live handle, not a copy
                 value = self.handle_of(result, live=True)
             else:

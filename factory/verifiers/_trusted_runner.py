@@ -161,6 +161,7 @@ import types
 
 if __name__ != "__main__":  # imported on the host (tests); in the sandbox _wire's source precedes this
     from factory.verifiers._wire import (
+        MAX_DEPTH,
         Channel,
         CoroutineFace,
         Endpoint,
@@ -555,6 +556,18 @@ class _AnnotationText(str):
         return str(self)
 
 
+def _annotation_of(described, empty):
+    """The annotation :func:`_annotation_text` described (on either side): text, or a builtin class; else
+    ``empty``."""
+    if type(described) is str:
+        return _AnnotationText(described[:200])
+    if type(described) is dict and len(described) == 1 and type(described.get("bi")) is str:
+        found = getattr(builtins, described["bi"], None)
+        if type(found) is type and not issubclass(found, BaseException):
+            return found
+    return empty
+
+
 def _plain_default(value, depth=0):
     """Whether a test function's default may cross to its mirror: immutable plain data only (a mutable default
     is one object the function may change; anything else stays on the trusted side)."""
@@ -565,11 +578,15 @@ def _plain_default(value, depth=0):
 
 
 def _annotation_text(annotation):
-    """An annotation as text (None when there is none): what it names, never the object."""
+    """An annotation as text (None when there is none): what it names, never the object; a builtin class as
+    ``{"bi": name}``, the other side's own class of that name (a mirror's ``__annotations__``)."""
     import inspect
 
     if annotation is inspect.Parameter.empty:
         return None
+    if type(annotation) is type and getattr(builtins, annotation.__name__, None) is annotation \
+            and not issubclass(annotation, BaseException):
+        return {"bi": annotation.__name__}
     text = annotation if type(annotation) is str else inspect.formatannotation(annotation)
     return str(text)[:200]
 
@@ -757,6 +774,12 @@ class SolutionClient(Endpoint):
         self.shared = Shared(owner=True)  # the test's containers the solution holds (see Shared)
         self.adopted = {}  # handle key of a solution module's list (dict, set) -> the real one here (adopt)
         self.adopting = []  # those keys, for the next message
+        # Objects of the solution made from none of the test's values (see _decide, _carries_no_values): key ->
+        # the key of the callable whose call made them; the keys once sent with a value (never free again); the
+        # handle a handle was read from (a bound method's object, fed with it); requests served for the solution.
+        self.data_free, self.fed, self.parents, self.served = {}, set(), {}, 0
+        self.members = set()  # keys of the functions and classes the tests read from a solution module
+        self.decoding_free = self.decoding_parent = None
 
     # ------------------------------------------------------------ protocol
 
@@ -910,11 +933,37 @@ class SolutionClient(Endpoint):
     def request(self, op, **fields):
         return self.exchange_checked({"op": op, **fields}, None)
 
-    def exchange_checked(self, message, refs, made=False):
+    def note_values(self, message, maker):
+        """Which objects of the solution ``message`` may put a value of the test's into (see :meth:`feed`); for an
+        attribute read of an object made from none, that object (what the read returns is read from it)."""
+        op = message.get("op")
+        target = message.get("h")
+        key = target.get("h") if type(target) is dict else None
+        if op == "getattr":
+            return key if key in self.data_free or key in self.parents else None
+        if op in _READING_OPS or (op == "call" and maker is not None):
+            return None  # (a comparison's value: the solution may only decline it, see _decide)
+        found = []
+        _handle_keys(message, found)
+        for key in found:
+            self.feed(key)
+        return None
+
+    def feed(self, key):
+        """Note that the solution's object ``key`` was sent a value of the test's (a call's argument, a method's,
+        an item set): neither it nor the object it was read from is made from none of the test's values now."""
+        while key is not None and key not in self.fed:
+            self.fed.add(key)
+            self.data_free.pop(key, None)
+            key = self.parents.get(key)
+
+    def exchange_checked(self, message, refs, made=False, maker=None):
         if self.broken is not None:
             raise SolutionUnavailable(self.broken)
         self.epoch += 1
         outermost = self.depth == 0
+        served = self.served
+        parent = self.note_values(message, maker) if self.data_free or maker is not None else None
         try:
             self.channel.sock.settimeout(self.call_timeout)
             reply = self.last_reply = self.exchange(message)
@@ -957,6 +1006,11 @@ class SolutionClient(Endpoint):
                 raise SolutionUnavailable(self.broken)
             try:
                 self.decoding_made = made
+                # (a call of the test's that served the solution nothing: what it made holds no value of the test's)
+                if maker is None and parent in self.data_free:  # (read from one made from none: made from none)
+                    maker = parent
+                self.decoding_free = maker if maker is not None and self.served == served else None
+                self.decoding_parent = parent
                 value = self.decode(reply["ok"], refs)
             except _RefusedBuiltin as exc:  # a well-formed answer holding a refused builtin: this call fails
                 raise BoundaryError(f"the solution's answer holds a {exc}: the call fails") from None
@@ -965,6 +1019,7 @@ class SolutionClient(Endpoint):
                 raise SolutionUnavailable(self.broken) from None
             finally:
                 self.decoding_made = False
+                self.decoding_free = self.decoding_parent = None
         finally:
             if outermost:
                 self.raised.clear()
@@ -1170,6 +1225,13 @@ class SolutionClient(Endpoint):
 
     def objects_from(self, tag, body, nested):
         """The solution's value objects, rebuilt with the trusted side's classes from plain fields."""
+        if tag == "ann":  # the annotations of a test's function this side described, going home (never others)
+            function = self.exported.get(body) if type(body) is int and body in self.described else None
+            if type(function) is types.MethodType:
+                function = function.__func__
+            if type(function) is not types.FunctionType:
+                raise WireError("annotations of a function the tests never handed over")
+            return function.__annotations__
         if tag == "std":  # a standard library object this side sent by name, going home (never any other)
             try:
                 return self.standard[tuple(body)]
@@ -1502,6 +1564,7 @@ class SolutionClient(Endpoint):
     # ------------------------------------------------------------ the solution's requests
 
     def serve_one(self, request):
+        self.served += 1  # (what the solution's call got from the test: see exchange_checked)
         refs = Refs()
         try:
             result = self.reverse(request, refs)
@@ -1627,6 +1690,13 @@ class SolutionClient(Endpoint):
                 if type(value) is not str:
                     raise AttributeError(name)
                 return value
+            if name == "__dict__" and isinstance(target, type):
+                # A class's namespace (``decorator(Future)`` copies it onto the decorator): its public names only,
+                # read-only as a class's is; what a public attribute read would reach, never a private name's
+                namespace = type.__dict__["__dict__"].__get__(target, type)  # (never a metaclass's __dict__)
+                return types.MappingProxyType({
+                    key: value for key, value in list(namespace.items())[:1000]
+                    if type(key) is str and not key.startswith(_HIDDEN_PREFIXES) and _no_reverse(value) is None})
             functions = (types.FunctionType, types.MethodType, types.BuiltinFunctionType, functools.partial)
             if name.startswith(_HIDDEN_PREFIXES) or isinstance(target, functions) \
                     or (_is_mock(target) and name in _MOCK_WRITERS):
@@ -1635,6 +1705,12 @@ class SolutionClient(Endpoint):
         if op == "signature":  # inspect.signature of the test's callable, computed here, as plain data
             import inspect
 
+            if isinstance(target, type):
+                own = getattr(target, "__signature__", None)
+                if own is not None and not isinstance(own, inspect.Signature) and hasattr(type(own), "__get__"):
+                    # A class's ``__signature__`` property (toolz's AddX): ``cls.__signature__`` is the descriptor,
+                    # which the solution gets as a stand-in (never the test's getter)
+                    return "descriptor"
             signature = inspect.signature(target)  # (its TypeError or ValueError is the solution's answer)
             return [self.signature_data(signature, getattr(target, "__func__", target)),
                     _annotation_text(signature.return_annotation)]
@@ -1697,6 +1773,11 @@ class SolutionClient(Endpoint):
         except (KeyError, TypeError, ValueError):
             raise WireError("malformed handle") from None
         kind = data.get("k")
+        if key not in self.made and key not in self.tainted and key not in self.fed:  # (first seen here)
+            if self.decoding_free is not None:
+                self.data_free[key] = self.decoding_free
+            if self.decoding_parent is not None:
+                self.parents[key] = self.decoding_parent
         (self.made if self.decoding_made else self.tainted).add(key)
         if kind == "live" and data.get("type") in _LIVE_TYPES:  # fresh contents each time it crosses
             return _LIVE_TYPES[data["type"]]._factory_make(self, key, self.decode(data.get("v")))
@@ -1779,7 +1860,10 @@ class SolutionClient(Endpoint):
             outer = _consumed_whole_call(frame) if frame is not None else None
             if outer is not None:
                 message["whole"] = _WHOLE_MOST
-        value = self.exchange_checked(message, refs, made)
+        # (a module's function or an object made from none of the test's values, never sent one, given none)
+        free = key not in self.fed and (key in self.members or key in self.data_free) and all(
+            _carries_no_values(v, self) for v in (*args, *kwargs.values()))
+        value = self.exchange_checked(message, refs, made, maker=key if free else None)
         if frame is not None and isinstance(value, RemoteObject):  # (its proxy's class: no request)
             key = object.__getattribute__(value, "_key")
             self.made_at = (frame, frame.f_lasti, key)  # the test's call that got it, for _whole_consumer
@@ -1795,6 +1879,52 @@ class SolutionClient(Endpoint):
 
 #: Modules whose calls into the solution are pytest's and the import system's, never a test's.
 _NOT_TESTS = ("_pytest", "pytest", "pluggy", "importlib", "inspect", "doctest", "typing", "unittest.mock")
+
+#: Requests that read an object of the solution and build nothing in it (a test's value they carry is one the
+#: solution may only answer about: a comparison's, which it may only decline, or ``in``'s).
+_READING_OPS = frozenset({"repr", "str", "hash", "bool", "len", "compare", "signature", "code", "dir", "isinstance",
+                          "issubclass", "owndict", "snapshot", "bvalue", "iter", "next", "contains", "copy",
+                          "pickle"})
+
+
+def _handle_keys(data, found, depth=0):
+    """The keys of the solution's objects a message (its tagged form) names, added to ``found``."""
+    if depth > MAX_DEPTH:
+        return
+    if type(data) is dict:
+        if type(data.get("h")) is int:
+            found.append(data["h"])
+        for value in data.values():
+            if type(value) in (dict, list):
+                _handle_keys(value, found, depth + 1)
+    elif type(data) is list:
+        for value in data:
+            if type(value) in (dict, list):
+                _handle_keys(value, found, depth + 1)
+
+
+def _carries_no_values(value, client):
+    """Whether ``value``, an argument of a test's call into the solution, holds none of the test's values (see
+    :func:`_decide`): an object of the solution made from none, a builtin function or class, a bare ``object()``,
+    or a function of the test's that holds no value: no constants but ``None`` and its docstring, no defaults, free
+    variables, attributes or annotations, and no name of its module's globals (``def f(a): return a``)."""
+    if isinstance(value, RemoteObject):
+        return object.__getattribute__(value, "_key") in client.data_free
+    kind = type(value)
+    if kind is object:
+        return True
+    if kind is types.BuiltinFunctionType or kind is type:
+        return getattr(builtins, getattr(value, "__name__", ""), None) is value
+    if kind is not types.FunctionType:
+        return False
+    if _solution_function_key(value, client) is not None:
+        return _solution_function_key(value, client) in client.data_free
+    code = value.__code__
+    return (value.__closure__ is None and not value.__defaults__ and not value.__kwdefaults__
+            and not value.__dict__ and not value.__annotations__
+            and all(const is None or (index == 0 and type(const) is str and const == value.__doc__)
+                    for index, const in enumerate(code.co_consts))
+            and not any(name in value.__globals__ for name in code.co_names))
 
 
 class _SolutionExit(SystemExit):
@@ -2691,22 +2821,32 @@ def _decide(self, other, name):
     key = object.__getattribute__(self, "_key")
     symbol = _COMPARISONS[name]
     if not _class_named(client, self):
-        raise BoundaryError(f"{self._factory_describe()} is an object of the solution whose class the tests do not "
-                            f"name (or an enum this side could not rebuild): comparing it ({symbol}) would run the "
-                            "solution's own comparison, so it is refused; the solution must return plain data")
-    if isinstance(other, RemoteObject) and not _class_named(client, other):
-        raise BoundaryError(f"{other._factory_describe()} is an object of the solution whose class the tests "
-                            f"do not name (or an enum this side could not rebuild): comparing it ({symbol}) would run "
-                            "the solution's own comparison, so it is refused; the solution must return plain data")
-    # An object the test did not build, against the test's own value: its class may only decline
-    # (NotImplemented, and Python asks the test's value) or raise (semver's ValueError, the TypeError of an
-    # unordered pair), neither of which is the solution's word on the expected value; a bool is refused.
-    # So does one of a class named like a function (``add``, ``to_roman``): a solution that turned the
-    # starter's function into a class would have ``add(2, 3)`` "built by the test" (the starter's own check,
-    # function_made_class, needs a starter; this one does not).
-    cls = client.proxies.get(client.class_of.get(key))
-    undecided_only = not isinstance(other, RemoteObject) and (
-        key not in client.made or key in client.tainted or not str(getattr(cls, "__name__", ""))[:1].isupper())
+        # Objects made from none of the test's values (compose(f, g) == compose(f, g)): between two the same
+        # callable made, the solution's word, as for a class the tests name; against a value of the test's
+        # (``== AlwaysEquals()``), it may only decline. Anything else is refused.
+        maker = client.data_free.get(key)
+        if maker is None or (isinstance(other, RemoteObject)
+                             and client.data_free.get(object.__getattribute__(other, "_key")) != maker):
+            raise BoundaryError(f"{self._factory_describe()} is an object of the solution whose class the tests do "
+                                f"not name (or an enum this side could not rebuild): comparing it ({symbol}) would run "
+                                "the solution's own comparison, so it is refused (only two objects one callable made "
+                                "from none of the test's values may be); the solution must return plain data")
+        undecided_only = not isinstance(other, RemoteObject)
+    else:
+        if isinstance(other, RemoteObject) and not _class_named(client, other):
+            raise BoundaryError(f"{other._factory_describe()} is an object of the solution whose class the tests "
+                                f"do not name (or an enum this side could not rebuild): comparing it ({symbol}) would "
+                                "run the solution's own comparison, so it is refused; the solution must return plain "
+                                "data")
+        # An object the test did not build, against the test's own value: its class may only decline
+        # (NotImplemented, and Python asks the test's value) or raise (semver's ValueError, the TypeError of an
+        # unordered pair), neither of which is the solution's word on the expected value; a bool is refused.
+        # So does one of a class named like a function (``add``, ``to_roman``): a solution that turned the
+        # starter's function into a class would have ``add(2, 3)`` "built by the test" (the starter's own check,
+        # function_made_class, needs a starter; this one does not).
+        cls = client.proxies.get(client.class_of.get(key))
+        undecided_only = not isinstance(other, RemoteObject) and (
+            key not in client.made or key in client.tainted or not str(getattr(cls, "__name__", ""))[:1].isupper())
     answer = self._op("compare", name=name, v=client.encode(other))
     if type(answer) is not list or len(answer) > 1 or (answer and type(answer[0]) is not bool):
         shown = type(answer[0]).__name__ if type(answer) is list and answer else type(answer).__name__
@@ -2750,9 +2890,9 @@ def _asked_by_pytest():
 
 def _remote_code(remote):
     """A code object standing for a solution function's: our own empty body, with the function's generator,
-    and coroutine flags, file name, name and first line as the solution states them
-    (what ``inspect.iscoroutinefunction``, ``isgeneratorfunction`` and a test reading ``co_filename`` use).
-    Never for pytest, which keeps seeing a handle that has no code."""
+    and coroutine flags, file name, name, first line, local names and argument counts as the solution states
+    them (what ``inspect.iscoroutinefunction``, ``isgeneratorfunction`` and a test reading ``co_filename`` or
+    ``co_varnames`` use). Never for pytest, which keeps seeing a handle that has no code."""
     if _asked_by_pytest():
         raise AttributeError("__code__")
     try:
@@ -2761,13 +2901,21 @@ def _remote_code(remote):
         made = template.replace(co_flags=(template.co_flags & ~0x3A0) | (int(flags) & 0x3A0),
                                 co_filename=str(filename)[:500], co_name=str(name)[:200] or "<solution>",
                                 co_firstlineno=max(1, int(line)))
-        if len(more) == 2 and type(more[0]) is list and all(type(n) is str and n.isidentifier() for n in more[0]):
-            try:  # its argument counts and local names, as data (a test reading co_varnames)
-                argcount, posonly, kwonly, star = (int(n) for n in more[1])
-                made = made.replace(co_varnames=tuple(more[0]), co_argcount=argcount, co_posonlyargcount=posonly,
-                                    co_kwonlyargcount=kwonly, co_flags=made.co_flags | (star & 0x0C))
-            except (TypeError, ValueError):
-                pass
+        names = more[0] if len(more) == 2 and type(more[0]) is list and len(more[0]) <= 255 else None
+        if names is not None and all(type(n) is str and n.isidentifier() for n in names) \
+                and len(set(names)) == len(names) and type(more[1]) is list and len(more[1]) == 4 \
+                and all(type(n) is int for n in more[1]):
+            # Its argument counts and local names, as data (a test reading co_varnames). Checked to describe a
+            # frame the names fill (the arguments, *args and **kw among them): the code object is made here.
+            argcount, posonly, kwonly, star = more[1]
+            star &= 0x0C
+            if 0 <= posonly <= argcount and 0 <= kwonly and argcount + kwonly + bin(star).count("1") <= len(names):
+                try:
+                    made = made.replace(co_varnames=tuple(names), co_nlocals=len(names), co_argcount=argcount,
+                                        co_posonlyargcount=posonly, co_kwonlyargcount=kwonly,
+                                        co_flags=made.co_flags | star)
+                except (TypeError, ValueError):  # (an interpreter that checks more: the counts are left out)
+                    pass
         return made
     except (SolutionUnavailable, BoundaryError, AttributeError, TypeError, ValueError):
         raise AttributeError("__code__") from None
@@ -2795,10 +2943,9 @@ def _remote_signature(remote):
         empty = inspect.Parameter.empty
         parameters = [inspect.Parameter(
             str(name), inspect._ParameterKind(kind), default=default if has_default is True else empty,
-            annotation=_AnnotationText(annotation) if type(annotation) is str else inspect.Parameter.empty)
+            annotation=_annotation_of(annotation, empty))
             for name, kind, has_default, default, annotation in params[:255]]
-        return inspect.Signature(parameters, return_annotation=_AnnotationText(returns) if type(returns) is str
-                                 else inspect.Signature.empty)
+        return inspect.Signature(parameters, return_annotation=_annotation_of(returns, inspect.Signature.empty))
     except (TypeError, ValueError) as exc:
         raise ValueError(f"the solution described a malformed signature for {remote._factory_describe()}: "
                          f"{str(exc)[:200]}") from None
@@ -2812,9 +2959,10 @@ def _comparison(name):
 
 
 #: Dunder attributes of the solution's objects a test may read (names and a function's metadata: what comes back is
-#: plain data or handles, read here as data).
+#: plain data or handles, read here as data). None steers Python's or pytest's machinery (``__source__``: the text
+#: of a function ``decorator.FunctionMaker`` generated, which only a test reads); a protocol dunder never is one.
 _DATA_DUNDERS = frozenset({"__name__", "__doc__", "__qualname__", "__module__", "__annotations__", "__defaults__",
-                           "__kwdefaults__", "__version__", "__all__"})
+                           "__kwdefaults__", "__version__", "__all__", "__source__"})
 
 
 class _Forwarded(str):
@@ -3178,9 +3326,10 @@ class RemoteObject:
     __eq__, __ne__, __lt__, __le__, __gt__, __ge__ = (_comparison(name) for name in _COMPARISONS)
 
     def __hash__(self):
-        # By identity, unless the tests name the object's class: then its own hash, a plain int.
+        # By identity, unless the tests name the object's class or it was made from none of the test's values (see
+        # _decide): then its own hash, a plain int.
         client = object.__getattribute__(self, "_client")
-        if not _class_named(client, self):
+        if not _class_named(client, self) and object.__getattribute__(self, "_key") not in client.data_free:
             return object.__hash__(self)
         value = self._op("hash")
         if type(value) is not int:
@@ -3362,8 +3511,8 @@ def _solution_function(client, remote, described):
                     kwdefaults[name] = value
                 else:
                     defaults.append(value)
-            if type(annotation) is str:
-                annotations[name] = _AnnotationText(annotation[:200])
+            if _annotation_of(annotation, None) is not None:
+                annotations[name] = _annotation_of(annotation, None)
             names.append(name)
             kinds.append(kind)
             previous = kind
@@ -3419,8 +3568,8 @@ def _solution_function(client, remote, described):
                                                          co_firstlineno=max(1, min(line, 10_000_000))),
                                   globals(), name, tuple(defaults) or None, inner.__closure__)
         made.__kwdefaults__ = kwdefaults or None
-        if type(described.get("ret")) is str:
-            annotations["return"] = _AnnotationText(described["ret"][:200])
+        if _annotation_of(described.get("ret"), None) is not None:
+            annotations["return"] = _annotation_of(described["ret"], None)
         made.__annotations__ = annotations
         for attribute, limit in (("qualname", 500), ("module", 200), ("doc", 20_000)):
             value = described.get(attribute)
@@ -3574,6 +3723,12 @@ class RemoteModule(types.ModuleType):
                     and client.depth == 0 and len(client.module_cache) < 4096 and (
                         isinstance(value, (RemoteObject, RemoteClass)) or _solution_function_key(value, client)):
                 client.module_cache[cache_key] = value
+            if type(client.last_reply) is dict and client.last_reply.get("cache") is True:
+                member = _solution_function_key(value, client) if type(value) is types.FunctionType else getattr(
+                    value, "_factory_key", None) if isinstance(value, RemoteClass) else object.__getattribute__(
+                    value, "_key") if isinstance(value, RemoteObject) else None
+                if type(member) is int:
+                    client.members.add(member)  # (a call of it may make an object from none of the test's values)
         if type(value) is _LIVE_TYPES["list"]:  # module state the test reads: a real list kept in sync
             value = client.adopt(value)
         if isinstance(value, RemoteClass) and _by_test(sys._getframe(1)):
@@ -3676,7 +3831,8 @@ class RemoteClass(type):
         cls._factory_client.request("delattr", h={"h": cls._factory_key}, name=name)
 
     def __getattr__(cls, name):
-        if name.startswith("__") and name.endswith("__"):
+        if name.startswith("__") and name.endswith("__") and (name != "__wrapped__" or _asked_by_pytest()):
+            # (a class's own ``__wrapped__``, toolz's Compose.__wrapped__ is None, is the solution's answer to a test)
             raise AttributeError(name)
         value = _probe(lambda: cls._factory_client.request("getattr", h={"h": cls._factory_key}, name=name), name)
         if isinstance(value, RemoteObject) and cls._factory_key in cls._factory_client.named:

@@ -769,6 +769,174 @@ HONEST = {
             assert list(lib.numbers(4, 100)) == [0, 1, 2, 3]
             assert sum(lib.mapped(lambda x: x, range(10))) == 45
         """),
+    "compositions-compared-and-signature-properties": (  # (toolz's own tests do these)
+        """
+        import inspect
+
+        class _Compose:
+            def __init__(self, funcs):
+                self.first, self.funcs = funcs[-1], tuple(reversed(funcs[:-1]))
+
+            def __call__(self, *args, **kwargs):
+                result = self.first(*args, **kwargs)
+                for f in self.funcs:
+                    result = f(result)
+                return result
+
+            def __eq__(self, other):
+                if isinstance(other, _Compose):
+                    return other.first == self.first and other.funcs == self.funcs
+                return NotImplemented
+
+            def __ne__(self, other):
+                equal = self.__eq__(other)
+                return NotImplemented if equal is NotImplemented else not equal
+
+            def __hash__(self):
+                return hash(self.first) ^ hash(self.funcs)
+
+            @property
+            def __signature__(self):
+                last = inspect.signature(self.funcs[-1]) if self.funcs else inspect.signature(self.first)
+                return inspect.signature(self.first).replace(return_annotation=last.return_annotation)
+
+        def compose(*funcs):
+            return _Compose(funcs)
+
+        def signature_property(cls):
+            return hasattr(cls, "__signature__") and hasattr(cls.__signature__, "__get__")
+
+        def signature_text(obj):
+            try:
+                return str(inspect.signature(obj))
+            except TypeError as exc:
+                return type(exc).__name__
+        """,
+        """
+        import inspect
+        from lib import compose, signature_property, signature_text
+
+        class AlwaysEquals:
+            def __eq__(self, other):
+                return True
+
+            __hash__ = None
+
+        def test_compositions_compare_and_hash_with_each_other():
+            def f(a):
+                return a
+
+            def g(a):
+                return a
+
+            h = object()
+            composed = compose(f, h)
+            assert composed == compose(f, h) and not composed != compose(f, h)
+            assert composed != compose(h, f) and not composed == compose(h, f)
+            assert composed == AlwaysEquals() and not composed != AlwaysEquals()
+            assert composed != object() and not composed == object()
+            assert hash(composed) == hash(compose(f, h))
+            assert len({composed, compose(f, h), compose(g, f)}) == 2
+
+        def test_builtin_annotations_are_themselves():
+            def inner(a: int, *rest: float) -> bool:
+                return True
+
+            def outer(flag: bool) -> str:
+                return str(flag)
+
+            signature = inspect.signature(compose(outer, inner))
+            assert signature.parameters == inspect.signature(inner).parameters
+            assert signature.return_annotation is str
+
+        class AddX:
+            def __init__(self, func):
+                self.func = func
+
+            def __call__(self, addx, *args):
+                return addx + self.func(*args)
+
+            @property
+            def __signature__(self):
+                signature = inspect.signature(self.func)
+                added = inspect.Parameter("addx", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+                return signature.replace(parameters=[added, *signature.parameters.values()])
+
+        def test_a_class_signature_property():
+            assert signature_property(AddX)
+            assert signature_text(AddX) == "TypeError"
+            assert signature_text(AddX(lambda x: x)) == "(addx, x)"
+        """),
+    "decorator-metadata": (  # (the decorator library's own documentation tests these)
+        """
+        import functools
+
+        def trace(function):
+            @functools.wraps(function)
+            def wrapper(*args, **kw):
+                return function(*args, **kw)
+            return wrapper
+
+        def generated(name):
+            source = f"def {name}(a, b):\\n    return a + b\\n"
+            namespace = {}
+            exec(source, namespace)
+            made = namespace[name]
+            made.__source__ = source
+            return made
+
+        def public_names(cls):
+            return sorted(name for name in vars(cls) if not name.startswith("_"))
+
+        def run_with(cls, value):
+            extra = dict(cls.__dict__)  # decorator(cls) copies the caller's namespace
+            job = cls(value)
+            job.start()
+            return job.result(), sorted(name for name in extra if not name.startswith("_"))
+        """,
+        """
+        import threading
+
+        import lib
+
+        class Job(threading.Thread):
+            label = "job"
+
+            def __init__(self, value):
+                super().__init__()
+                self.value = value
+
+            def run(self):
+                self.value *= 2
+
+            def result(self):
+                self.join()
+                return self.value
+
+        def test_annotations_are_the_wrapped_functions_own():
+            def f(x: int, y: "a label" = 1) -> str:
+                return str(x + y)
+            g = lib.trace(f)
+            assert g.__wrapped__ is f
+            assert g.__annotations__ is f.__annotations__
+            assert g(1) == "2"
+
+        def test_code_names_and_counts():
+            def f(a, b):
+                return a - b
+            code = lib.trace(f).__code__
+            assert code.co_argcount == 0 and code.co_varnames == ("args", "kw")
+            assert lib.trace(f)(5, 3) == 2
+
+        def test_generated_source():
+            add = lib.generated("add")
+            assert add.__source__ == "def add(a, b):\\n    return a + b\\n"
+            assert add(2, 3) == 5
+
+        def test_class_namespace():
+            assert lib.public_names(Job) == ["label", "result", "run"]
+            assert lib.run_with(Job, 21) == (42, ["label", "result", "run"])
+        """),
 }
 
 
@@ -1118,6 +1286,126 @@ def test_a_boundary_limit_is_reported_per_failing_test():
     assert all("comparing it" in entry["what"] for entry in boundary)
 
 
+FORGES_UNNAMED_EQUALITY = """
+class _Grid:
+    def __init__(self):
+        self.parts, self.child = [], None
+
+    def push(self, item):
+        self.parts.append(item)
+        self.child = _Grid()
+
+    def __eq__(self, other):
+        return True
+
+    def __ne__(self, other):
+        return False
+
+    def __hash__(self):
+        return 0
+
+
+def solve(puzzle):
+    return _Grid()
+
+
+def from_grid(rows):
+    return _Grid()
+
+
+def empty():
+    return _Grid()
+
+
+def unit():
+    return _Grid()
+
+
+def product():
+    return _Grid()
+
+
+def lazy(function):
+    return _Grid()
+
+
+def eager(function):
+    function(1)  # (the test's code ran while it was made: what it returned may be in it)
+    return _Grid()
+
+
+def fill(grid, value):
+    grid.push(value)
+"""
+
+
+def test_objects_made_from_no_values_decide_only_between_themselves():
+    """The solution decides == and hash() of an object whose class the tests never name only between two objects
+    one callable made from none of the test's values (compose(f, g) == compose(f, g)); every way of getting the
+    test's value into one, or of comparing one with the test's own value, is still refused."""
+    tests = """
+        import lib
+
+        EXPECTED = 5
+
+        def test_built_from_the_expected_value():
+            assert lib.solve([[1, 2], [3, 4]]) == lib.from_grid([[4, 3], [2, 1]])
+
+        def test_fed_the_expected_value_by_a_method():
+            want = lib.empty()
+            want.push(9)
+            assert lib.empty() == want
+
+        def test_fed_the_expected_value_as_an_argument():
+            got = lib.empty()
+            lib.fill(got, 3)
+            assert got == lib.empty()
+
+        def test_read_from_one_fed():
+            want = lib.empty()
+            want.push(9)
+            assert want.child == want.child
+
+        def test_made_by_two_callables():
+            assert lib.unit() == lib.product()
+
+        def test_value_in_a_lambda():
+            assert lib.lazy(lambda: 5) == lib.lazy(lambda: 2 + 3)
+
+        def test_value_in_a_global():
+            def five():
+                return EXPECTED
+
+            def other():
+                return EXPECTED
+
+            assert lib.lazy(five) == lib.lazy(other)
+
+        def test_tests_code_ran_while_made():
+            def f(a):
+                return a
+
+            assert lib.eager(f) == lib.eager(f)
+
+        def test_against_the_tests_own_value():
+            assert lib.unit() == 5
+
+        def test_hash_of_one_made_from_a_value():
+            assert hash(lib.from_grid([1])) == hash(0)
+
+        def test_made_from_none():
+            assert lib.unit() == lib.unit() and hash(lib.unit()) == 0
+    """
+    verdict = verify(tests, FORGES_UNNAMED_EQUALITY)
+    assert verdict.status == "fail", verdict.details
+    assert set(verdict.details["failed"]) == {
+        f"test_lib.py::{name}" for name in (
+            "test_built_from_the_expected_value", "test_fed_the_expected_value_by_a_method",
+            "test_fed_the_expected_value_as_an_argument", "test_read_from_one_fed", "test_made_by_two_callables",
+            "test_value_in_a_lambda", "test_value_in_a_global", "test_tests_code_ran_while_made",
+            "test_against_the_tests_own_value", "test_hash_of_one_made_from_a_value")}, verdict.details
+
+
 BREAKS_THE_PROTOCOL = """
 import sys
 
@@ -1315,3 +1603,142 @@ def test_calls_nested_past_the_limit_fail_only_their_test():
     assert verdict.details["passed"] == 2 and verdict.details["total"] == 4, verdict.details
     assert set(verdict.details["failed"]) == {"test_lib.py::test_ping_pong", "test_lib.py::test_printing_into_the_test"}
     assert all("nested deeper" in entry["what"] for entry in verdict.details["boundary"])
+
+
+def test_a_test_classs_namespace_and_annotations_reach_nothing_private():
+    """A test's class handed to the solution shows it only its public names (``vars(cls)``, as ``decorator(cls)``
+    reads it), and a test's annotations come home only for a function the tests handed over: a solution that
+    reads private names, walks the namespace's functions, or names a class's key to get its annotations fails."""
+    tests = """
+        import threading
+
+        import lib
+
+        class Holder(threading.Thread):
+            _expected = 4242
+            __secret = 4242
+
+            def result(self):
+                return 0
+
+        class Shape:
+            side: int = 3
+
+        def test_guess():
+            assert lib.guess(Holder) == 4242
+
+        def test_fields():
+            assert lib.fields(Shape) == {"side": int}
+
+        def test_public_namespace():
+            assert lib.names(Holder) == ["result"]
+    """
+    solution = """
+        import sys
+
+        _original = sys.modules["__main__"].SolutionServer.objects_of
+
+        class Marker:
+            def __init__(self, key):
+                self.key = key
+
+        def _objects_of(self, value, nested):
+            if type(value) is Marker:  # a forged "annotations of the test's object KEY, going home"
+                return {"ann": value.key}
+            return _original(self, value, nested)
+
+        sys.modules["__main__"].SolutionServer.objects_of = _objects_of
+
+        def _walk(value):
+            for name in ("__globals__", "__closure__", "__func__", "__dict__", "__wrapped__"):
+                try:
+                    return getattr(value, name)["Holder"]._expected
+                except BaseException:
+                    continue
+            return None
+
+        def guess(cls):
+            namespace = cls.__dict__
+            for name in ("_expected", "_Holder__secret", "__dict__"):
+                try:
+                    return namespace[name]
+                except BaseException:
+                    pass
+            for value in list(namespace.values()):
+                if type(value) is int:
+                    return value
+                found = _walk(value)
+                if found is not None:
+                    return found
+            return -1
+
+        def fields(cls):
+            key = vars(cls).get("_factory_rkey") if isinstance(cls, type) else None
+            return Marker(key if type(key) is int else object.__getattribute__(cls, "_key"))
+
+        def names(cls):
+            return sorted(vars(cls))
+    """
+    verdict = verify(tests, solution)
+    assert verdict.status == "fail" and verdict.details["passed"] == 1, verdict.details
+    failed = verdict.details["failures"]
+    assert "test_lib.py::test_guess" in failed and "test_lib.py::test_fields" in failed, verdict.details
+
+
+THREADED_CALLBACKS = """
+    import lib
+
+    def test_a_thread_calls_back_after_the_call_returned():
+        seen = []
+        assert lib.start(seen.append, 30) == "started"
+        # the solution's thread calls the test's function while these calls come and go
+        assert [lib.double(i) for i in range(200)] == [2 * i for i in range(200)]
+        assert lib.join() == 30
+        assert seen == list(range(30))
+
+    def test_a_thread_calls_back_while_the_call_waits():
+        def slow(i):
+            return [lib.double(i), lib.double(i + 1)]  # nested into the solution from the thread's call
+
+        assert lib.in_a_thread(slow, 20) == [[2 * i, 2 * i + 2] for i in range(20)]
+
+    def test_after():
+        assert lib.double(21) == 42
+"""
+
+
+def test_a_solution_thread_calling_the_test_keeps_both_ends_in_step():
+    """A solution's own thread calling the test's function (``more_itertools.callback_iter``), before or after
+    the call that started it returned, is answered in turn: every later crossing still pairs with its reply
+    (it once interleaved with the main thread's messages, and every test after it failed)."""
+    solution = """
+        import threading
+
+        _threads = []
+
+        def double(x):
+            return 2 * x
+
+        def start(callback, n):
+            def work():
+                for i in range(n):
+                    callback(i)
+            thread = threading.Thread(target=work)
+            thread.start()
+            _threads.append((thread, n))
+            return "started"
+
+        def join():
+            thread, n = _threads.pop()
+            thread.join()
+            return n
+
+        def in_a_thread(function, n):
+            results = []
+            thread = threading.Thread(target=lambda: results.extend(function(i) for i in range(n)))
+            thread.start()
+            thread.join()
+            return results
+    """
+    verdict = verify(THREADED_CALLBACKS, solution)
+    assert verdict.status == "pass" and verdict.details["passed"] == 3, (verdict.details.get("failures"), verdict.details.get("passed"))
