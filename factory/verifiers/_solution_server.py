@@ -63,7 +63,6 @@ import logging
 import os
 import sys
 import tempfile
-import threading
 import types
 import warnings
 
@@ -208,6 +207,38 @@ _MIXED_CLASSES = {}
 _CUSTOM_EQ = set()
 #: This process's server (one trusted peer per process).
 _SERVER = []
+
+
+class _TestModule(types.ModuleType):
+    """A module of the tests', as the solution may import it (:class:`_TestModuleFinder`): its attributes are
+    those of the test module's globals that are the solution's own objects, asked of the trusted side each time;
+    any other name is missing."""
+
+    def __getattr__(self, name):
+        if name.startswith("__") or not _SERVER:
+            raise AttributeError(name)
+        return _SERVER[0].request("testglobal", module=self.__name__, name=name)
+
+
+class _TestModuleFinder:
+    """``import_module`` of a module of the tests' (a name the solution learned from the ``__module__`` of a
+    test's class or function: toolz's ``curry.__reduce__`` looks a curried test class up there to pickle it by
+    name, and its ``_restore_curry`` again to load it): a :class:`_TestModule`, never the tests' code."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        import importlib.machinery
+
+        if not _SERVER or fullname not in _SERVER[0].test_modules:
+            return None
+        spec = importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+        spec.submodule_search_locations = []  # (a package: importing a submodule of it asks this finder again)
+        return spec
+
+    def create_module(self, spec):
+        return _TestModule(spec.name)
+
+    def exec_module(self, module):
+        return None
 
 
 def _mixed_class(key):
@@ -839,7 +870,7 @@ class SolutionServer(Endpoint):
     """Objects of the solution, kept by handle, and the operations on them."""
 
     def __init__(self, channel):
-        super().__init__(channel)
+        super().__init__(channel, initiates=False)  # (its threads ask only while the test waits on it)
         self.objects = {}
         self.ids = {}
         self.trusted = {}
@@ -851,6 +882,7 @@ class SolutionServer(Endpoint):
         self.dataclass_trusted = {}  # key -> the handle on the test's object itself
         self.mirror_seen = {}  # key -> the test function's attributes when it last crossed
         self.mirror_signature = {}  # key -> the test function's signature when it last crossed
+        self.test_modules = set()  # names of the tests' modules, as their classes and functions here state them
         # id of a mirror's __annotations__ -> (the test function's key, that dict, its items as made): the dict
         # (held, so its id is not reused) crosses back as the test function's own while it is unchanged
         self.mirror_annotations = {}
@@ -864,7 +896,6 @@ class SolutionServer(Endpoint):
         self.streams = []  # this process's own text streams on fds 1 and 2
         self.mirrored = {}  # (module, attribute) -> this side's value before the test's replaced it
         self.mirrored_as = {}  # (module, attribute) -> what the trusted side last sent for it
-        self.lock = threading.RLock()  # the solution's threads calling the test's callbacks take turns
         self.speculating = None  # in a copy running an iterator ahead: its watch state (see run_ahead)
         self.ahead_failures = 0
         self.cached_attrs = {}  # (module key, name) -> (module, object): handles the trusted side reuses
@@ -881,9 +912,8 @@ class SolutionServer(Endpoint):
         if self.speculating is not None:  # a copy running ahead never asks the test: the item is not produced
             self.speculating["tainted"] = True
             raise _Ahead("a request to the trusted side")
-        with self.lock:
-            reply = self.last_reply = super().exchange(request)
-            return reply
+        reply = self.last_reply = super().exchange(request)  # (the solution's threads take turns: Endpoint)
+        return reply
 
     # ------------------------------------------------------------ relaying
 
@@ -1321,6 +1351,12 @@ class SolutionServer(Endpoint):
                 if data.get("eq") is True:
                     _CUSTOM_EQ.add(key)
             self.trusted[key] = made
+            module = vars(made).get("__module__") if isinstance(made, _TestClassMeta) else \
+                made.__module__ if type(made) is types.FunctionType else None
+            if type(module) is str and len(self.test_modules) < 256 and all(
+                    part.isidentifier() for part in module.split(".")):
+                parts = module.split(".")  # (and the packages holding it: importing it imports them)
+                self.test_modules.update(".".join(parts[:n]) for n in range(1, len(parts) + 1))
         made = self.trusted[key]
         if type(data.get("cls")) is dict and "rh" in data["cls"] and isinstance(type(made), _TestClassMeta):
             self.resolve(data["cls"])  # (its class's registrations, as they are now)
@@ -2019,16 +2055,15 @@ class SolutionServer(Endpoint):
         return lambda item: self.encode(item, refs)
 
     def serve(self):
-        while True:
-            try:
-                request = self.channel.receive()
-            except EOFError:
-                return
-            reply = self.serve_one(request)
-            try:
-                self.send(reply)
-            except WireError as exc:
-                self.send({"exc": {"type": "TypeError", "builtin": True, "cls": None, "message": str(exc)}})
+        try:
+            while True:
+                try:
+                    request = self.channel.receive()  # (no request is in progress: no other thread reads)
+                except EOFError:
+                    return
+                self.serve_request(request, nested=False)
+        finally:
+            self.close()  # the solution's threads waiting to call the test give up
 
 
 def serve_connection(channel, paths):
@@ -2042,4 +2077,5 @@ def serve_connection(channel, paths):
     server = SolutionServer(channel)
     server.capture()
     sys.path.extend(os.path.abspath(root) for root in paths)
+    sys.meta_path.append(_TestModuleFinder())  # (last: a module of the solution's own is found first)
     server.serve()

@@ -62,6 +62,7 @@ import re
 import socket
 import struct
 import sys
+import threading
 import time
 
 __all__ = ["MAX_DEPTH", "MAX_FRAME", "MAX_NESTING", "PLAIN_SCALARS", "Channel", "CoroutineFace", "Endpoint", "Refs",
@@ -79,7 +80,8 @@ _MUTABLE = (list, dict, set, bytearray)
 #: Handle keys: an object of the solution ("h") or of the trusted side ("rh").
 HANDLE_KEYS = ("h", "rh")
 #: Tags only a side's own ``objects`` hook decodes.
-SIDE_TAGS = frozenset({"nt", "dc", "en", "bi", "mod", "tzo", "bv", "ex", "nd", "pk", "ns", "tdc", "sx", "std"})
+SIDE_TAGS = frozenset({"nt", "dc", "en", "bi", "mod", "tzo", "bv", "ex", "nd", "pk", "ns", "tdc", "sx", "std",
+                       "ann"})
 _PATHS = {"pp": pathlib.PurePosixPath, "pw": pathlib.PureWindowsPath, "cp": pathlib.PosixPath}
 _ZONE_KEY = re.compile(r"^[A-Za-z0-9_+\-]+(/[A-Za-z0-9_+\-]+)*$")
 _BUILTINS_NAMESPACE = vars(builtins)
@@ -985,11 +987,26 @@ class Endpoint:
     the peer sends meanwhile (``"op"`` in it) is a nested call, served by
     :meth:`serve_one` and answered before waiting on. Subclasses implement
     :meth:`serve_one` and may decorate outgoing and incoming messages.
+
+    Several threads of one side may cross (a solution's worker thread calling
+    the test's callback, as ``more_itertools.callback_iter`` does): the
+    requests in progress form one stack across both ends, so a thread takes
+    its turn (:meth:`_ask_turn`) only where a new request nests soundly --
+    while this side serves one of the peer's (or, where this side speaks
+    first, ``initiates``, while none is in progress) -- and answers the
+    peer's request only once the requests it made meanwhile are answered.
+    Whoever made the request on top reads the channel; so no message pairs
+    with another thread's request. A request of a thread made while the
+    peer is not waiting on this side waits for the peer's next one.
     """
 
-    def __init__(self, channel):
+    def __init__(self, channel, initiates=True):
         self.channel = channel
         self.depth = 0
+        self.initiates = initiates
+        self.frames = []  # the requests in progress here: [thread, "ask" | "serve" | "reply"], innermost last
+        self.turns = threading.Condition(threading.Lock())
+        self.closed = False
 
     def outgoing(self, message):
         """Called on every message before it is sent (to attach what travels with it)."""
@@ -1011,15 +1028,71 @@ class Endpoint:
     def send(self, message):
         self.channel.send(self.outgoing(message))
 
-    def exchange(self, request):
-        """Send ``request``; serve the peer's nested requests until its reply comes, and return that.
+    def close(self):
+        """The channel is gone: threads waiting for a turn give up (EOFError)."""
+        with self.turns:
+            self.closed = True
+            self.turns.notify_all()
 
-        Every nested request is answered, whatever reading or serving it raises (only a dead channel ends
-        the wait): the peer is waiting for that answer, and a request left unanswered would pair each later
-        reply with the wrong request, so one failing test would fail all after it.
+    def _ask_turn(self):
+        """Wait until this thread may send a request, and push it (see the class docstring)."""
+        frame = [threading.get_ident(), "ask"]
+        with self.turns:
+            while not (self.frames[-1][1] == "serve" if self.frames else self.initiates):
+                if self.closed:
+                    raise EOFError("the channel is closed")
+                self.turns.wait()
+            self.frames.append(frame)
+        return frame
+
+    def _pop(self, frame):
+        with self.turns:
+            for index in range(len(self.frames) - 1, -1, -1):  # the top, but for a dead channel unwinding
+                if self.frames[index] is frame:
+                    del self.frames[index]
+                    break
+            self.turns.notify_all()
+
+    def serve_request(self, message, nested=True):
+        """Serve the peer's request ``message`` and send the reply, once this thread's turn to answer comes.
+
+        ``nested``: the request came while this side waited on its own (:meth:`incoming` sees it first);
+        a serving loop's own request goes to :meth:`serve_one` as it is.
+
+        Every request is answered, whatever reading or serving it raises (only a dead channel ends the wait):
+        the peer is waiting for that answer, and a request left unanswered would pair each later reply with
+        the wrong request, so one failing test would fail all after it.
         """
+        frame = [threading.get_ident(), "serve"]
+        with self.turns:
+            self.frames.append(frame)
+        try:
+            try:
+                reply = self.serve_one(self.incoming(message) if nested else message)
+            except (EOFError, OSError):
+                raise
+            except BaseException as exc:  # noqa: BLE001 -- answered as an error (see above)
+                reply = self.unserved(message, exc)
+            with self.turns:  # the requests other threads made meanwhile are answered first
+                while self.frames[-1] is not frame:
+                    if self.closed:
+                        raise EOFError("the channel is closed")
+                    self.turns.wait()
+                frame[1] = "reply"  # (no thread nests a request on it now)
+            try:
+                self.send(reply)
+            except (EOFError, OSError):
+                raise
+            except BaseException as exc:  # noqa: BLE001 -- what goes with the reply could not be sent
+                self.channel.send(self.unserved(message, exc))
+        finally:
+            self._pop(frame)
+
+    def exchange(self, request):
+        """Send ``request``; serve the peer's nested requests until its reply comes, and return that."""
         if self.depth >= MAX_NESTING:
             raise WireError(f"calls nested deeper than {MAX_NESTING} across the boundary")
+        frame = self._ask_turn()
         self.depth += 1
         try:
             self.send(request)
@@ -1029,20 +1102,10 @@ class Endpoint:
                     raise WireError("malformed message")
                 if "op" not in message:
                     return self.incoming(message)
-                try:
-                    reply = self.serve_one(self.incoming(message))
-                except (EOFError, OSError):
-                    raise
-                except BaseException as exc:  # noqa: BLE001 -- answered as an error (see above)
-                    reply = self.unserved(message, exc)
-                try:
-                    self.send(reply)
-                except (EOFError, OSError):
-                    raise
-                except BaseException as exc:  # noqa: BLE001 -- what goes with the reply could not be sent
-                    self.channel.send(self.unserved(message, exc))
+                self.serve_request(message)
         finally:
             self.depth -= 1
+            self._pop(frame)
 
 
 #: Items of an iterator run ahead cross in a short form when they are plain ints and strings (or a tuple or list

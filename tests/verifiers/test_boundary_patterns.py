@@ -1624,14 +1624,14 @@ def test_a_test_classs_namespace_and_annotations_reach_nothing_private():
         class Shape:
             side: int = 3
 
+        def test_public_namespace():
+            assert lib.names(Holder) == ["result"]
+
         def test_guess():
             assert lib.guess(Holder) == 4242
 
-        def test_fields():
+        def test_fields():  # (last: the forged tag breaks the protocol, so later calls would fail too)
             assert lib.fields(Shape) == {"side": int}
-
-        def test_public_namespace():
-            assert lib.names(Holder) == ["result"]
     """
     solution = """
         import sys
@@ -1741,4 +1741,4 @@ def test_a_solution_thread_calling_the_test_keeps_both_ends_in_step():
             return results
     """
     verdict = verify(THREADED_CALLBACKS, solution)
-    assert verdict.status == "pass" and verdict.details["passed"] == 3, (verdict.details.get("failures"), verdict.details.get("passed"))
+    assert verdict.status == "pass" and verdict.details["passed"] == 3, verdict.details.get("failures")
