@@ -231,12 +231,6 @@ def describe(verdict: Verdict) -> str:
 # Libraries whose isolated verdict does not yet equal bare pytest's, each with the cause quoted
 # from its isolated failures (bench/bench_realworld.py prints them); strict, so a fix shows up.
 KNOWN_FAILING: dict[str, str] = {
-    "decorator": (
-        "isolated 23/24 pass, bare 24: the doctests of documentation.py (9 of 118 examples): __annotations__ "
-        "identity between a solution function and its __wrapped__; decorator(Future) reads the __dict__ of a "
-        "test's threading.Thread subclass (refused; 3 examples follow from it); __source__ of a FunctionMaker "
-        "function; __code__.co_varnames/co_argcount of a solution function that crosses as a real function (3)"
-    ),
     "more-itertools": (
         "isolated 0/663 pass, bare 663: 663x the run did not report (exit -9, timed out): still stopped by the "
         "180 s time limit (183 s; bare 15 s; bwrap, load 5-8). Now list(f(...)), sorted/set/sum/reduce(op, ...) "
