@@ -52,7 +52,8 @@ reverse handles: the solution's calls on them run here, while the call
 into the solution waits. The solution may call them, iterate them, use them
 as context managers and read their public attributes; never set or delete
 an attribute, read a private or dunder one (``__globals__``, ``__self__``,
-``__closure__``, ``__dict__``), a frame's or generator's (``gi_frame``,
+``__closure__``, ``__dict__``; a class's ``__dict__`` is a read-only mapping
+of its public names only), a frame's or generator's (``gi_frame``,
 ``f_locals``), pytest's marks, or the methods that reconfigure a mock; a
 module, frame, or pytest's own machinery never crosses. A test's function
 (or bound method) is mirrored there by a real function generated from a
