@@ -82,6 +82,7 @@ if __name__ != "__main__":  # imported on the host (tests); in the sandbox _wire
         decode_value,
         encode_item,
         encode_value,
+        parameters_from,
         retained,
         states_of,
         write_back,
@@ -544,6 +545,25 @@ def _trusted_class(kind, names):
     return cls
 
 
+class _TestDoc:
+    """``__doc__`` of a stand-in of a test's class: on the class, the class's docstring (None, or text, as the
+    trusted side reads it; toolz's curry copies it), and on one of its objects, the object's."""
+
+    __slots__ = ()
+
+    def __get__(self, obj, cls=None):
+        if obj is not None:
+            return obj._op("getattr", name="__doc__")
+        key = vars(cls).get("_factory_rkey") if isinstance(cls, type) else None
+        if type(key) is not int:
+            return None
+        doc = vars(cls)["_factory_server"].request("getattr", rh=key, name="__doc__")
+        return doc if type(doc) is str else None
+
+
+_TEST_DOC = _TestDoc()
+
+
 class _TestClassMeta(abc.ABCMeta):
     """The metaclass of the stand-ins of the test's classes (:meth:`SolutionServer.test_class`): calling one
     makes an object of the test's class there (its handle here is an object of the stand-in), and its
@@ -694,37 +714,17 @@ def _mirror_function(server, key, described):
     the forwarded call, so the test's own default applies there.
     """
     try:
-        params = described["params"]
-        if type(params) is not list or len(params) > 255:
+        made = parameters_from(described["params"], (0, 1, 2),
+                               lambda state, default: server.value(default) if state == 1 else _HIDDEN_DEFAULT)
+        if made is None:
             return None
-        text, names, defaults, kwdefaults, annotations = [], [], [], {}, {}
-        previous = None
-        for name, kind, state, default, annotation in params:
-            if type(name) is not str or not name.isidentifier() or keyword.iskeyword(name) \
-                    or name.startswith("_factory") or name in names or kind not in range(5):
-                return None
-            if previous == _POSITIONAL_ONLY and kind != _POSITIONAL_ONLY:
-                text.append("/")
-            if kind == _KEYWORD_ONLY and _VAR_POSITIONAL not in [p[1] for p in params] and "*" not in text:
-                text.append("*")
-            text.append({_VAR_POSITIONAL: "*", _VAR_KEYWORD: "**"}.get(kind, "") + name)
-            if state:
-                value = server.value(default) if state == 1 else _HIDDEN_DEFAULT
-                if kind == _KEYWORD_ONLY:
-                    kwdefaults[name] = value
-                else:
-                    defaults.append(value)
-            if _annotation_of(annotation, None) is not None:
-                annotations[name] = _annotation_of(annotation, None)
-            names.append(name)
-            previous = kind
-        if previous == _POSITIONAL_ONLY:
-            text.append("/")
+        text, parameters, defaults, kwdefaults = made
+        names, kinds = [p[0] for p in parameters], [p[1] for p in parameters]
+        annotations = {p[0]: _annotation_of(p[4], None) for p in parameters if _annotation_of(p[4], None) is not None}
         flags = described.get("flags")
         call = f"_factory_forward(({''.join(n + ', ' for n in names)}))"
         body = {"gen": f"yield from {call}", "coro": f"return await {call}"}.get(flags, f"return {call}")
-        source = f"{'async ' if flags == 'coro' else ''}def _factory_mirror({', '.join(text)}):\n    {body}\n"
-        kinds = [p[1] for p in params]
+        source = f"{'async ' if flags == 'coro' else ''}def _factory_mirror({text}):\n    {body}\n"
 
         def forward(values):
             args, kwargs, skipped = [], {}, False
@@ -1399,7 +1399,7 @@ class SolutionServer(Endpoint):
                 bases.append(parent)
             lacks = [name for name in _PROTOCOLS if name in described["lacks"]]
             namespace = _handle_namespace(lacks)  # (no slots: its MRO is the test's, with no root of ours)
-            namespace.update({"_factory_rkey": key, "_factory_server": self,
+            namespace.update({"_factory_rkey": key, "_factory_server": self, "__doc__": _TEST_DOC,
                               "__module__": str(described["module"])[:200],
                               "__qualname__": str(described["qualname"])[:200]})
             cls = _TestClassMeta(str(described["name"])[:200], tuple(bases), namespace)

@@ -176,6 +176,7 @@ if __name__ != "__main__":  # imported on the host (tests); in the sandbox _wire
         decode_value,
         encode_item,
         encode_value,
+        parameters_from,
         states_of,
         write_back,
     )
@@ -946,14 +947,15 @@ class SolutionClient(Endpoint):
             return None  # (a comparison's value: the solution may only decline it, see _decide)
         found = []
         _handle_keys(message, found)
-        for key in found:
-            self.feed(key)
+        for found_key in found:
+            self.feed(found_key)
         return None
 
     def feed(self, key):
         """Note that the solution's object ``key`` was sent a value of the test's (a call's argument, a method's,
-        an item set): neither it nor the object it was read from is made from none of the test's values now."""
-        while key is not None and key not in self.fed:
+        an item set): neither it nor the object it was read from is made from none of the test's values now. A
+        function or class of a solution module stays as it is: the solution's code, which the test did not build."""
+        while key is not None and key not in self.fed and key not in self.members:
             self.fed.add(key)
             self.data_free.pop(key, None)
             key = self.parents.get(key)
@@ -1637,6 +1639,20 @@ class SolutionClient(Endpoint):
                 pass
         return info
 
+    def test_global(self, module_name, name):
+        """A global of a module of the tests' that is an object of the solution's, which the solution holds anyway
+        (toolz pickles a curried test class by name: ``test_serialization.GlobalCurried``, its own curry object).
+        Any other global (the test's values, functions and classes) is missing to it, and so is every name of a
+        module that is not the tests' (a file of this workspace)."""
+        module = sys.modules.get(module_name) if type(module_name) is str else None
+        file = getattr(module, "__file__", None) if type(module) is types.ModuleType else None
+        value = vars(module).get(name) if type(file) is str and type(name) is str and not name.startswith("_") \
+            and os.path.realpath(file).startswith(os.path.join(os.path.realpath(self.root), "")) else None
+        if isinstance(value, (RemoteObject, RemoteClass, RemoteModule)) or _solution_function_key(value, self):
+            return value
+        raise AttributeError(f"module {str(module_name)[:100]!r} has no attribute {str(name)[:100]!r} of the "
+                             "solution's")
+
     def reverse(self, request, refs):
         """One operation of the solution on an object of the test it was handed."""
         op = request.get("op")
@@ -1647,6 +1663,8 @@ class SolutionClient(Endpoint):
             import pickle
 
             return pickle.loads(self.pickled[token])
+        if op == "testglobal":
+            return self.test_global(request.get("module"), request.get("name"))
         try:
             target = self.exported[request["rh"]]
         except (KeyError, TypeError):
@@ -2910,7 +2928,7 @@ def _remote_code(remote):
             # frame the names fill (the arguments, *args and **kw among them): the code object is made here.
             argcount, posonly, kwonly, star = more[1]
             star &= 0x0C
-            if 0 <= posonly <= argcount and 0 <= kwonly and argcount + kwonly + bin(star).count("1") <= len(names):
+            if 0 <= posonly <= argcount and kwonly >= 0 and argcount + kwonly + bin(star).count("1") <= len(names):
                 try:
                     made = made.replace(co_varnames=tuple(names), co_nlocals=len(names), co_argcount=argcount,
                                         co_posonlyargcount=posonly, co_kwonlyargcount=kwonly,
@@ -3482,44 +3500,21 @@ def _solution_function(client, remote, described):
     import inspect
 
     try:
-        params = described["params"]
-        if type(params) is not list or len(params) > 255:
+        def default_of(state, default):
+            value = client.decode(default)
+            if not _plain_default(value):
+                raise WireError("a default that is not immutable plain data")
+            return value
+
+        # (kinds in order, defaults trailing, plain ones only: the signature is the one described)
+        made = parameters_from(described["params"], (False, True), default_of)
+        if made is None:
             return None
-        text, names, kinds, defaults, kwdefaults, annotations = [], [], [], [], {}, {}
-        own = {}  # name -> the mirror's default object (left out of the call when passed back as is)
-        previous = None
-        for entry in params:
-            if type(entry) is not list or len(entry) != 5:
-                return None
-            name, kind, has_default, default, annotation = entry
-            if type(name) is not str or not name.isidentifier() or keyword.iskeyword(name) \
-                    or name.startswith("_factory") or name in names or type(kind) is not int or kind not in range(5) \
-                    or type(has_default) is not bool or (previous is not None and (
-                        kind < previous or kind == previous in (2, 4))) \
-                    or (kind in (0, 1) and not has_default and any(n in own for n in names)):
-                return None  # (kinds in order, defaults trailing: the signature is the one described)
-            if previous == 0 and kind != 0:
-                text.append("/")
-            if kind == 3 and 2 not in kinds and "*" not in text:
-                text.append("*")
-            text.append({2: "*", 4: "**"}.get(kind, "") + name)
-            if has_default:
-                value = client.decode(default)
-                if kind in (2, 4) or not _plain_default(value):
-                    return None
-                own[name] = value
-                if kind == 3:
-                    kwdefaults[name] = value
-                else:
-                    defaults.append(value)
-            if _annotation_of(annotation, None) is not None:
-                annotations[name] = _annotation_of(annotation, None)
-            names.append(name)
-            kinds.append(kind)
-            previous = kind
-        if previous == 0:
-            text.append("/")
-        source = (f"def _factory_make(_factory_forward):\n    def _factory_mirror({', '.join(text)}):\n"
+        text, parameters, defaults, kwdefaults = made
+        names, kinds = [p[0] for p in parameters], [p[1] for p in parameters]
+        own = {p[0]: p[3] for p in parameters if p[2]}  # name -> the mirror's default (left out when passed back)
+        annotations = {p[0]: _annotation_of(p[4], None) for p in parameters if _annotation_of(p[4], None) is not None}
+        source = (f"def _factory_make(_factory_forward):\n    def _factory_mirror({text}):\n"
                   f"        return _factory_forward(({''.join(n + ', ' for n in names)}))\n"
                   "    return _factory_mirror\n")
         scratch = {}

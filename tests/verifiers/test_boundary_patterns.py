@@ -867,6 +867,62 @@ HONEST = {
             assert signature_text(AddX) == "TypeError"
             assert signature_text(AddX(lambda x: x)) == "(addx, x)"
         """),
+    "pickled-by-name-from-the-tests-module": (  # (toolz's curry pickles a curried test class this way)
+        """
+        import importlib
+
+        def _find(module, qualname):
+            found = importlib.import_module(module)
+            for part in qualname.split("."):
+                found = getattr(found, part, None)
+            return found
+
+        class registered:
+            def __init__(self, func):
+                self.func = func
+
+            def __call__(self, *args):
+                return self.func(*args)
+
+            def __reduce__(self):
+                if _find(self.func.__module__, self.func.__qualname__) is self:
+                    return _find, (self.func.__module__, self.func.__qualname__)
+                return registered, (self.func,)
+
+        def seen_in(module, names):
+            found = importlib.import_module(module)
+            return {name: getattr(found, name, None) is not None for name in names}
+        """,
+        """
+        import pickle
+        from lib import registered, seen_in
+
+        EXPECTED = [1, 2, 3]
+
+        @registered
+        class Point:
+            def __init__(self, x):
+                self.x = x
+
+        @registered
+        def double(x):
+            return 2 * x
+
+        def helper():
+            return EXPECTED
+
+        def test_pickled_by_name():
+            assert pickle.loads(pickle.dumps(Point)) is Point
+            assert pickle.loads(pickle.dumps(double)) is double
+            assert pickle.loads(pickle.dumps(double))(4) == 8
+            assert pickle.loads(pickle.dumps(Point))(3).x == 3
+
+        def test_the_module_shows_only_the_solutions_objects():
+            names = ["Point", "double", "registered", "EXPECTED", "helper", "pickle", "test_pickled_by_name"]
+            assert seen_in(__name__, names) == {"Point": True, "double": True, "registered": True,
+                                                "EXPECTED": False, "helper": False, "pickle": False,
+                                                "test_pickled_by_name": False}
+        """),
     "decorator-metadata": (  # (the decorator library's own documentation tests these)
         """
         import functools
