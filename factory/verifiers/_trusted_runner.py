@@ -1648,7 +1648,8 @@ class SolutionClient(Endpoint):
         file = getattr(module, "__file__", None) if type(module) is types.ModuleType else None
         value = vars(module).get(name) if type(file) is str and type(name) is str and not name.startswith("_") \
             and os.path.realpath(file).startswith(os.path.join(os.path.realpath(self.root), "")) else None
-        if isinstance(value, (RemoteObject, RemoteClass, RemoteModule)) or _solution_function_key(value, self):
+        if isinstance(value, (RemoteObject, RemoteModule)) or _solution_function_key(value, self) is not None or (
+                isinstance(value, RemoteClass) and not type.__getattribute__(value, "_factory_mixed")):  # (no test's)
             return value
         raise AttributeError(f"module {str(module_name)[:100]!r} has no attribute {str(name)[:100]!r} of the "
                              "solution's")
@@ -1928,7 +1929,8 @@ def _carries_no_values(value, client):
     or a function of the test's that holds no value: no constants but ``None`` and its docstring, no defaults, free
     variables, attributes or annotations, and no name of its module's globals (``def f(a): return a``)."""
     if isinstance(value, RemoteObject):
-        return object.__getattribute__(value, "_key") in client.data_free
+        key = object.__getattribute__(value, "_key")
+        return key in client.data_free or key in client.members
     kind = type(value)
     if kind is object:
         return True
@@ -1936,8 +1938,9 @@ def _carries_no_values(value, client):
         return getattr(builtins, getattr(value, "__name__", ""), None) is value
     if kind is not types.FunctionType:
         return False
-    if _solution_function_key(value, client) is not None:
-        return _solution_function_key(value, client) in client.data_free
+    key = _solution_function_key(value, client)
+    if key is not None:
+        return key in client.data_free or key in client.members
     code = value.__code__
     return (value.__closure__ is None and not value.__defaults__ and not value.__kwdefaults__
             and not value.__dict__ and not value.__annotations__
