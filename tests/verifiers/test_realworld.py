@@ -240,12 +240,6 @@ KNOWN_FAILING: dict[str, str] = {
         "a round trip under load. Earlier with 900 s: tests/test_more.py 511/534 (comparisons of solution "
         "objects, identity of returned items, random seeding, a live SequenceView)"
     ),
-    "toolz": (
-        "isolated 176/180 pass, bare 180: Compose objects (a class the tests never name, made by compose()) "
-        "compared and hashed with each other; a test class's __signature__ property read through its handle "
-        "(the handle answers inspect.signature's TypeError, not the property); 2x pickling a curried test-module "
-        "object (the solution's __reduce__ imports test_serialization, a test module, which never crosses)"
-    ),
 }
 
 # One function broken per library, and the part of its suite (pytest arguments) that must catch it.
