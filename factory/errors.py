@@ -118,10 +118,10 @@ class TaskFileError(FactoryError):
 
     exit_code = 2
 
-    def __init__(self, problems: list[TaskProblem]):
+    def __init__(self, problems: list[TaskProblem], what: str = "task file"):
         self.problems = list(problems)
         count = len(self.problems)
-        head = f"{count} problem{'s' if count != 1 else ''} in task file"
+        head = f"{count} problem{'s' if count != 1 else ''} in {what}"
         super().__init__(head + "\n" + "\n".join(str(p) for p in self.problems))
 
 

@@ -13,7 +13,7 @@ from factory.cli import main
 #: The vendored libraries' own test suites are test data (tests/verifiers/test_realworld.py runs each on a copy),
 #: never part of this suite; ignored here rather than by a conftest of their own, whose folder pytest would put on
 #: sys.path (where ``import tabulate`` then found the vendored folder instead of the installed module).
-collect_ignore_glob = ["data/realworld/*"]
+collect_ignore_glob = ["data/realworld/*", "data/imports/*"]
 
 
 @pytest.fixture(autouse=True)

@@ -96,3 +96,109 @@ def check(file: Path, solutions: Path | None, sandbox: str, timeout_s: float, jo
                    + f"; {len(checks)} task(s) in {file}")
     if any(c.problem for c in checks):
         raise SystemExit(1)
+
+
+@tasks.command("import")
+@click.argument("fmt", metavar="FORMAT")
+@click.argument("source", type=click.Path(path_type=Path))
+@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), required=True,
+              help="Task file to write (JSONL), atomically; with any import problem nothing is written.")
+@click.option("--map", "map_file", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="YAML map of columns to task fields (the `mapped` format).")
+@click.option("--repos", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Folder of repository snapshots, <instance_id>/ or <instance_id>.tar.gz (the `swe` format; "
+                   "default: repos/ beside SOURCE).")
+@click.option("--split", default=None, help="Split of a saved DatasetDict folder.")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="Import only the first N rows.")
+@click.option("--id-prefix", default=None, help="Ids of formats without one: PREFIX-<row> (default: the format).")
+@click.option("--skip-invalid", is_flag=True,
+              help="Leave out rows with problems (each reported) instead of failing the import.")
+@click.option("--check/--no-check", default=True, show_default=True,
+              help="Verify every reference solution (isolated and bare) and starter after writing.")
+@click.option("--sandbox", default="bwrap", show_default=True, help="Sandbox backend of the check.")
+@click.option("--timeout", "timeout_s", type=FiniteFloat(min=0, min_open=True), default=120.0, show_default=True,
+              help="Wall-clock limit of each test run of the check, in seconds.")
+@click.option("--jobs", type=click.IntRange(min=1), default=2, show_default=True, help="Tasks checked at once.")
+@json_option
+def import_(fmt: str, source: Path, out: Path, map_file: Path | None, repos: Path | None, split: str | None,
+            limit: int | None, id_prefix: str | None, skip_invalid: bool, check: bool, sandbox: str, timeout_s: float,
+            jobs: int, as_json: bool) -> None:
+    """Import a benchmark's rows from SOURCE as tasks in FORMAT's layout.
+
+    FORMAT is humaneval, mbpp (tests tasks), gsm8k, math (answer tasks), swe (SWE-bench-style instances with
+    repository snapshots) or mapped (any layout, with --map FILE.yaml). SOURCE is a JSONL (or .jsonl.gz),
+    JSON, Parquet file or a saved `datasets` folder. Every task records the format and SOURCE's sha256;
+    the same SOURCE gives the same tasks. Then, where tasks carry reference solutions, each reference is
+    verified isolated and bare and each starter alone, as `factory tasks check` does: tasks whose reference
+    does not pass, or whose starter already passes, are listed and the command exits 1 (the file is kept).
+    Import problems (every one named by file, row and field) exit 2 and write nothing.
+    """
+    import asyncio
+
+    from factory.errors import ConfigError
+    from factory.sandbox import sandbox_names
+    from factory.tasks import import_tasks, write_tasks
+
+    if check and sandbox not in sandbox_names():
+        raise ConfigError(f"--sandbox: unknown sandbox '{sandbox}' (choose from: {', '.join(sandbox_names())})")
+    options = {key: value for key, value in (("map_file", map_file), ("repos", repos), ("id_prefix", id_prefix))
+               if value is not None}
+    report = import_tasks(fmt, source, skip_invalid=skip_invalid, split=split, limit=limit, **options)
+    write_tasks(report.tasks, out)
+    err = click.get_text_stream("stderr")
+    if not as_json:
+        click.echo(f"{source}: {len(report.tasks)} task(s) imported as {fmt} from {report.rows} row(s) "
+                   f"({report.source_sha256[:19]}...) -> {out}; dataset {report.dataset_hash}")
+        for skipped in report.skipped:
+            for problem in skipped.problems:
+                click.echo(f"skipped: {problem}")
+    checkable = [task for task in report.tasks if task.all_tests]
+    checks = []
+    if check and checkable:  # tasks without a reference still get their starter checked
+        from factory.verifiers import check_tasks
+
+        checks = asyncio.run(_check_with_progress(check_tasks, checkable, sandbox, timeout_s, jobs, err))
+    summary = _check_summary(checks)
+    if as_json:
+        click.echo(dump_json({**report.to_dict(), "out": str(out), "checked": bool(checks), "check": summary,
+                              "tasks": [{**c.to_dict(), "problem": c.problem} for c in checks]}))
+    elif checks:
+        for c in checks:
+            if c.kind not in ("same", "no_solution"):
+                detail = f" (isolated {c.isolated.describe()}, bare {c.bare.describe()})" if c.isolated else ""
+                reason = c.isolated.reason if c.isolated and c.isolated.reason else None
+                click.echo(f"{out}: {c.task_id}  reference {c.kind}{detail}" + (f": {reason}" if reason else ""))
+            if c.starter is not None and c.starter.status != "fail":
+                click.echo(f"{out}: {c.task_id}  starter {c.starter.describe()}: "
+                           + ("the starter files already pass" if c.starter_passes else "could not be verified"))
+        click.echo(", ".join(f"{key.replace('_', ' ')} {value}" for key, value in summary.items())
+                   + f"; {len(checks)} task(s) checked on {sandbox}")
+    elif check and not as_json:
+        click.echo("no task has tests: nothing to check (answer tasks are checked by validation alone)")
+    if any(c.problem for c in checks):
+        raise SystemExit(1)
+
+
+async def _check_with_progress(check_tasks, tasks, sandbox: str, timeout_s: float, jobs: int, err) -> list:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(file=err)
+    with Progress(TextColumn("check"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console,
+                  disable=not err.isatty()) as progress:
+        bar = progress.add_task("check", total=len(tasks))
+        return await check_tasks(tasks, sandbox=sandbox, timeout_s=timeout_s, jobs=jobs, starter=True,
+                                 on_done=lambda _: progress.update(bar, advance=1))
+
+
+def _check_summary(checks: list) -> dict[str, int]:
+    return {
+        "reference_pass": sum(c.kind == "same" for c in checks),
+        "reference_differs": sum(c.kind == "differs" for c in checks),
+        "reference_fail": sum(c.kind == "fails" for c in checks),
+        "reference_error": sum(c.kind == "error" for c in checks),
+        "no_reference": sum(c.kind == "no_solution" for c in checks),
+        "starter_fail": sum(c.starter is not None and c.starter.status == "fail" for c in checks),
+        "starter_pass": sum(c.starter_passes for c in checks),
+        "starter_error": sum(c.starter is not None and c.starter.status == "error" for c in checks),
+    }

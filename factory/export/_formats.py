@@ -364,7 +364,8 @@ class GRPOFormat:
         tasks = (source.branches.sort(["run_id", "task_id", "branch_index"])
                  .unique(["run_id", "task_id"], keep="first", maintain_order=True))
         _require_rows(tasks, "tasks", source)
-        spec = pl.col("task_spec")
+        # A task's reference solution is never exported (it is the answer key of the task's tests).
+        spec = pl.col("task_spec").map_elements(_without_solution, return_dtype=pl.String)
         rows = tasks.select(
             pl.col("prompt_messages").alias("prompt") if options.conversational else
             _text("prompt_messages", roles=True).alias("prompt"),
@@ -381,6 +382,14 @@ class GRPOFormat:
             rows = _dedupe(rows, ["task_spec"], stats)
         stats["rows"] = rows.height
         return ExportRows(rows, stats=stats)
+
+
+def _without_solution(spec: str) -> str:
+    data = json.loads(spec)
+    if "solution" not in data:
+        return spec
+    data.pop("solution")
+    return json.dumps(data, sort_keys=True)
 
 
 def _spec_json(spec: str, key: str) -> str | None:

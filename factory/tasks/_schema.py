@@ -40,6 +40,7 @@ __all__ = [
     "parse_tasks",
 ]
 
+#: The test command of a task with tests and no `test_command`.
 DEFAULT_TEST_COMMAND = "python -m pytest -q"
 
 _ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,199}$")

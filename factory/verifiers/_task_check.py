@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -134,6 +134,8 @@ class TaskCheck:
         bare: The bare run (None when skipped).
         differences: Tests whose outcome differs (from the failures each verdict names).
         solution_source: ``task`` (its ``solution`` field) or the solutions file's name.
+        starter: The task's starter files alone, verified isolated (only when asked for): a task whose
+            starter already passes gives an agent the reward for doing nothing.
     """
 
     task_id: str
@@ -142,11 +144,19 @@ class TaskCheck:
     bare: CheckedRun | None = None
     differences: list[TestDifference] = field(default_factory=list)
     solution_source: str | None = None
+    starter: CheckedRun | None = None
+
+    @property
+    def starter_passes(self) -> bool:
+        """The starter files alone pass the tests."""
+        return self.starter is not None and self.starter.status == "pass"
 
     @property
     def problem(self) -> bool:
-        """The task needs its author's attention (a difference, a failing reference, or a run that broke)."""
-        return self.kind in ("differs", "fails", "error")
+        """The task needs its author's attention (a difference, a failing reference, a run that broke, or a
+        starter that already passes)."""
+        return self.kind in ("differs", "fails", "error") or self.starter_passes or (
+            self.starter is not None and self.starter.status == "error")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -197,7 +207,7 @@ async def _verify(task: Task, workspace: Mapping[str, str], isolation: str, sand
 
 
 async def check_task(task: Task, solution: Mapping[str, str] | None = None, *, sandbox: str = "bwrap",
-                     timeout_s: float = 120.0, source: str = "task") -> TaskCheck:
+                     timeout_s: float = 120.0, source: str = "task", starter: bool = False) -> TaskCheck:
     """Verify one task's reference solution isolated and bare, and compare.
 
     Args:
@@ -206,24 +216,31 @@ async def check_task(task: Task, solution: Mapping[str, str] | None = None, *, s
         sandbox: Sandbox backend both verifications use.
         timeout_s: Wall-clock limit of each test run.
         source: Where the solution came from, for the report.
+        starter: Also verify the starter files alone (isolated, as a fork would), which must fail.
     """
     files = dict(task.solution if solution is None else solution)
     if not task.all_tests:
         return TaskCheck(task.id, "no_tests")
     if not files:
-        return TaskCheck(task.id, "no_solution")
+        alone = await _verify(task, {**task.files, **task.tests}, "process", sandbox, timeout_s) if starter else None
+        return TaskCheck(task.id, "no_solution", starter=alone)
     # The final workspace an agent that wrote the reference solution would leave: visible tests untouched.
     workspace = {**task.files, **files, **task.tests}
-    isolated, bare = await asyncio.gather(_verify(task, workspace, "process", sandbox, timeout_s),
-                                          _verify(task, workspace, "in-process", sandbox, timeout_s))
+    runs = [_verify(task, workspace, "process", sandbox, timeout_s),
+            _verify(task, workspace, "in-process", sandbox, timeout_s)]
+    if starter:
+        runs.append(_verify(task, {**task.files, **task.tests}, "process", sandbox, timeout_s))
+    isolated, bare, *starter_run = await asyncio.gather(*runs)
     differences = _differences(isolated, bare)
     kind = _kind(isolated, bare, differences)
-    return TaskCheck(task.id, kind, isolated, bare, differences, source)  # type: ignore[arg-type]
+    return TaskCheck(task.id, kind, isolated, bare, differences, source,  # type: ignore[arg-type]
+                     starter_run[0] if starter_run else None)
 
 
 async def check_tasks(tasks: Iterable[Task], solutions: Mapping[str, Mapping[str, str]] | None = None, *,
                       sandbox: str = "bwrap", timeout_s: float = 120.0, solutions_source: str = "--solutions",
-                      jobs: int = 1) -> list[TaskCheck]:
+                      jobs: int = 1, starter: bool = False,
+                      on_done: Callable[[TaskCheck], None] | None = None) -> list[TaskCheck]:
     """:func:`check_task` for every task, in the tasks' order.
 
     Args:
@@ -234,6 +251,8 @@ async def check_tasks(tasks: Iterable[Task], solutions: Mapping[str, Mapping[str
         timeout_s: Wall-clock limit of each test run.
         solutions_source: How to name ``solutions`` in the report (the file's path).
         jobs: Tasks checked at once.
+        starter: Also verify each task's starter files alone (see :func:`check_task`).
+        on_done: Called with each task's check as it finishes (a progress bar).
 
     Raises:
         ConfigError: No sandbox backend of that name.
@@ -250,9 +269,13 @@ async def check_tasks(tasks: Iterable[Task], solutions: Mapping[str, Mapping[str
     async def one(task: Task) -> TaskCheck:
         async with gate:
             if task.id in solutions:
-                return await check_task(task, solutions[task.id], sandbox=sandbox, timeout_s=timeout_s,
-                                        source=solutions_source)
-            return await check_task(task, sandbox=sandbox, timeout_s=timeout_s)
+                result = await check_task(task, solutions[task.id], sandbox=sandbox, timeout_s=timeout_s,
+                                          source=solutions_source, starter=starter)
+            else:
+                result = await check_task(task, sandbox=sandbox, timeout_s=timeout_s, starter=starter)
+        if on_done is not None:
+            on_done(result)
+        return result
 
     return list(await asyncio.gather(*(one(task) for task in tasks)))
 

@@ -331,8 +331,9 @@ def _pytest_args(command: str, task: Task) -> list[str] | None:
         args.append(token)
     if not any(not a.startswith("-") for a in args):
         args = [*args, *sorted(task.all_tests)]
-    elif task.hidden_tests:  # hidden tests join whatever the command names
-        args = [*args, *sorted(task.hidden_tests)]
+    elif task.hidden_tests:  # hidden tests join whatever the command names, unless it names them itself
+        named = {a.split("::", 1)[0] for a in args if not a.startswith("-")}
+        args = [*args, *sorted(path for path in task.hidden_tests if path not in named)]
     return args
 
 
