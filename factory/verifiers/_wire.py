@@ -55,6 +55,7 @@ import datetime
 import decimal
 import fractions
 import json
+import keyword
 import operator
 import os
 import pathlib
@@ -67,7 +68,8 @@ import time
 
 __all__ = ["MAX_DEPTH", "MAX_FRAME", "MAX_NESTING", "PLAIN_SCALARS", "Channel", "CoroutineFace", "Endpoint", "Refs",
            "Shared", "WireError", "WorkspaceFiles", "container_states", "cwd_from_wire", "cwd_to_wire",
-           "decode_item", "decode_value", "encode_item", "encode_value", "mirror_name_allowed", "states_of",
+           "decode_item", "decode_value", "encode_item", "encode_value", "mirror_name_allowed", "parameters_from",
+           "states_of",
            "write_back"]
 
 MAX_FRAME = 64 * 1024 * 1024
@@ -143,6 +145,64 @@ def mirror_name_allowed(name):
     lower = name.lower()
     return (lower not in _MIRROR_REFUSED_NAMES and not lower.startswith("conftest")
             and not lower.endswith(_MIRROR_REFUSED_SUFFIXES))
+
+
+def parameters_from(params, states, default_of):
+    """The parameters of a function one side generates from the other side's plain-data description of a
+    signature (a test's function mirrored in the solution, a solution's function made real on the trusted side).
+
+    Each of ``params`` is ``[name, kind, state, default, annotation]`` (``kind`` an ``inspect.Parameter`` kind's
+    value), checked as a hostile description: names are identifiers, never keywords, ``_factory`` names or
+    repeated; kinds are in order, one ``*args`` and one ``**kw`` at most; ``state`` is one of ``states``, of the
+    exact type of its first (falsy: no default); only named parameters have defaults, trailing among the
+    positional ones. So the text generated is the signature described and nothing else.
+
+    Args:
+        params: The description.
+        states: The default states the sender may use (the solution's: ``(False, True)``; the trusted side's
+            ``(0, 1, 2)``: 2 a default that stayed behind).
+        default_of: ``default_of(state, default)``, the value of a described default (raising
+            :class:`WireError` refuses the description).
+
+    Returns:
+        ``(text, parameters, defaults, kwdefaults)``: the ``def``'s parameter text (``/`` and ``*`` where the
+        kinds need them), ``(name, kind, state, value, annotation)`` per parameter (``value`` None without a
+        default; ``annotation`` as described), the positional defaults in order and the keyword-only ones by
+        name; or None where the description is malformed.
+    """
+    if type(params) is not list or len(params) > 255:
+        return None
+    text, parameters, names, defaults, kwdefaults = [], [], set(), [], {}
+    previous, defaulted = None, False
+    for entry in params:
+        if type(entry) is not list or len(entry) != 5:
+            return None
+        name, kind, state, default, annotation = entry
+        if type(name) is not str or not name.isidentifier() or keyword.iskeyword(name) \
+                or name.startswith("_factory") or name in names or type(kind) is not int or kind not in range(5) \
+                or type(state) is not type(states[0]) or state not in states \
+                or (previous is not None and (kind < previous or kind == previous in (2, 4))) \
+                or (state and kind in (2, 4)) or (kind in (0, 1) and not state and defaulted):
+            return None
+        if previous == 0 and kind != 0:
+            text.append("/")
+        if kind == 3 and previous not in (2, 3):  # (keyword-only without *args: a bare star first)
+            text.append("*")
+        text.append({2: "*", 4: "**"}.get(kind, "") + name)
+        value = None
+        if state:
+            value = default_of(state, default)
+            if kind == 3:
+                kwdefaults[name] = value
+            else:
+                defaults.append(value)
+                defaulted = True
+        parameters.append((name, kind, state, value, annotation))
+        names.add(name)
+        previous = kind
+    if previous == 0:
+        text.append("/")
+    return ", ".join(text), parameters, defaults, kwdefaults
 
 
 class WorkspaceFiles:

@@ -25,6 +25,7 @@ from factory.verifiers._wire import (
     container_states,
     decode_value,
     encode_value,
+    parameters_from,
     retained,
     states_of,
     write_back,
@@ -407,3 +408,40 @@ def test_workspace_files_mirror_only_new_files_under_safe_names(tmp_path):
     assert not (tmp_path / "escape").exists()
     os.remove(sender_root / "temp")
     assert sender.changes() == {"put": {}, "gone": ["temp"]}
+
+
+def _plain(state, default):
+    if type(default) is not int:
+        raise WireError("not plain")
+    return default
+
+
+def test_parameters_from_builds_the_signature_described():
+    described = [["a", 0, False, None, None], ["b", 1, True, 2, "int"], ["args", 2, False, None, None],
+                 ["c", 3, False, None, None], ["d", 3, True, 4, None], ["kw", 4, False, None, None]]
+    text, parameters, defaults, kwdefaults = parameters_from(described, (False, True), _plain)
+    assert text == "a, /, b, *args, c, d, **kw"
+    assert defaults == [2] and kwdefaults == {"d": 4}
+    assert [p[0] for p in parameters] == ["a", "b", "args", "c", "d", "kw"] and parameters[1][4] == "int"
+    assert parameters_from([["x", 3, 0, None, None]], (0, 1, 2), _plain)[0] == "*, x"
+    assert parameters_from([["x", 1, 2, None, None]], (0, 1, 2), lambda state, default: "hidden")[2] == ["hidden"]
+
+
+@pytest.mark.parametrize("described", [
+    [["a", 1, True, 1, None], ["b", 1, False, None, None]],  # a default not trailing
+    [["b", 3, False, None, None], ["a", 1, False, None, None]],  # kinds out of order
+    [["a", 2, False, None, None], ["b", 2, False, None, None]],  # two *args
+    [["a", 4, True, 1, None]],  # a default on **kw
+    [["a", 1, 1, 1, None]],  # a state of the other side's type
+    [["a", 1, True, "x", None]],  # a default default_of refuses
+    [["a=1): import os\n    def f(b", 1, False, None, None]],  # code in a name
+    [["class", 1, False, None, None]], [["_factory_forward", 1, False, None, None]],
+    [["a", 1, False, None, None], ["a", 1, False, None, None]], [["a", 5, False, None, None]],
+    [["a", 1, False, None]], "a, b", [["a", 1, False, None, None]] * 256,
+])
+def test_parameters_from_refuses_a_hostile_description(described):
+    try:
+        made = parameters_from(described, (False, True), _plain)
+    except WireError:
+        made = None
+    assert made is None
