@@ -27,7 +27,8 @@ TASKS = [
     Task(id="add", prompt="What is 17 + 25? Reply as `Final: <n>`.", answer="42"),
     Task(id="mul", prompt="What is 12 * 13? Reply as `Final: <n>`.", answer="156"),
     Task(id="fix-factorial", prompt="factorial(0) returns 0. Fix solution.py so the tests pass.",
-         files=FACTORIAL_FILES, tests=FACTORIAL_TESTS, test_command="python -m pytest -q"),
+         files=FACTORIAL_FILES, tests=FACTORIAL_TESTS, test_command="python -m pytest -q",
+         solution={"solution.py": FIXED}),  # a reference solution, which no export may carry
 ]
 
 

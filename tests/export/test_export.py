@@ -23,6 +23,7 @@ from factory.export import (
     validate_file,
 )
 from factory.store import Store
+from tests._runs import FIXED
 
 FORMATS = EXPORT_FORMATS.names()
 
@@ -164,6 +165,9 @@ def test_sft_winners_reward_scalar_file_and_grpo_verifier_columns(exported_run, 
     assert grpo["add"]["answer"] == "42" and grpo["add"]["verifiers"] == ["answer"]
     assert "test_solution.py" in json.loads(grpo["fix-factorial"]["tests"])
     assert grpo["fix-factorial"]["test_command"] == "python -m pytest -q"
+    # the task's reference solution (its tests' answer key) is never exported, in any column
+    spec = json.loads(grpo["fix-factorial"]["task_spec"])
+    assert "solution" not in spec and spec["tests"] and FIXED not in json.dumps(grpo["fix-factorial"])
 
 
 def test_standard_format_is_all_strings(exported_run, tmp_path):
