@@ -892,10 +892,13 @@ HONEST = {
         def seen_in(module, names):
             found = importlib.import_module(module)
             return {name: getattr(found, name, None) is not None for name in names}
+
+        def doc_of(obj):
+            return obj.__doc__
         """,
         """
         import pickle
-        from lib import registered, seen_in
+        from lib import doc_of, registered, seen_in
 
         EXPECTED = [1, 2, 3]
 
@@ -916,6 +919,16 @@ HONEST = {
             assert pickle.loads(pickle.dumps(double)) is double
             assert pickle.loads(pickle.dumps(double))(4) == 8
             assert pickle.loads(pickle.dumps(Point))(3).x == 3
+
+        class Plain:
+            pass
+
+        class Documented:
+            'Has a docstring.'
+
+        def test_docstrings_of_the_tests_classes():
+            assert doc_of(Plain) is None and doc_of(Documented) == "Has a docstring."
+            assert doc_of(Documented()) == "Has a docstring."
 
         def test_the_module_shows_only_the_solutions_objects():
             names = ["Point", "double", "registered", "EXPECTED", "helper", "pickle", "test_pickled_by_name"]
