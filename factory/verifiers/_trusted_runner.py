@@ -30,7 +30,12 @@ change run in the solution. A handle is compared or hashed by its class's
 own methods in the solution's process only where the test relies on that
 class (:func:`_decide`: a class the tests name, and for a comparison with
 the test's own value, an object the test built by calling the class; the
-answer a bool, counted in the report's ``solution_decided``). Otherwise a
+answer a bool, counted in the report's ``solution_decided``), or between two
+objects of a class the tests never name that one solution callable made
+from none of the test's values (``compose(f, h) == compose(f, h)``: no plain
+data, no test function holding a constant, default, free variable or
+global, no callback run while made, never sent a value since; against the
+test's own value such an object may only decline). Otherwise a
 handle cannot be compared, hashed by value, or passed anything
 but plain data and other handles: each of those raises
 :class:`BoundaryError`, a ``BaseException`` so that neither ``except
@@ -107,7 +112,12 @@ Pickling or copying a solution object asks the solution: the stream made
 here holds its bytes as data and names only :func:`_solution_unpickle`,
 which hands them back to the solution to load; a test's object inside one
 is pickled here and stays here (the solution holds a token). No bytes the
-solution produced are ever unpickled in this process.
+solution produced are ever unpickled in this process. A ``__reduce__`` that
+looks an object up by ``__module__`` and ``__qualname__`` (toolz's curry)
+may import a module of the tests' there: a stand-in whose attributes are
+only that module's globals that are the solution's own objects
+(:meth:`SolutionClient.test_global`), never a test's value, function or
+class.
 
 Iterators cross lazily, in batches where that is sound: the solution's
 (:meth:`SolutionClient.next_item`: items produced ahead by a copy of its
