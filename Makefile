@@ -61,11 +61,10 @@ llama-wheel:
 	    --no-binary llama-cpp-python -w $(LLAMA_WHEELS) llama-cpp-python==$(LLAMA_CPP_VERSION); \
 	fi
 
-## The main job on the embedded defaults: fork the example tasks on the packaged model in bwrap sandboxes.
+## The main job on the embedded defaults: fork the examples on the packaged model in bwrap sandboxes, rank,
+## power, export DPO, train a few steps on the tiny model, and write a static view of the run (examples/demo.sh).
 demo: setup
-	$(VENV)/bin/factory tasks validate examples/tasks.jsonl
-	$(VENV)/bin/factory fork examples/tasks.jsonl --branches 2 --max-turns 4 --max-tokens 256
-	$(VENV)/bin/factory runs
+	bash examples/demo.sh $(VENV)/bin/factory
 
 ## The full test suite.
 test: setup
