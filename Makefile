@@ -4,7 +4,7 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-EXTRAS ?= dev,local,openai,anthropic,docker,plot,memory,memory-ann,train
+EXTRAS ?= dev,local,openai,anthropic,docker,plot,view,memory,memory-ann,train
 # The embedded engine: llama-cpp-python, pinned (pyproject's `local` extra pins the same
 # version), built here as a wheel once per build kind and installed from it.
 # `portable` (the default) never uses -march=native: a native build on a CPU that
@@ -29,6 +29,10 @@ system-deps:
 	  echo "installing bubblewrap (the default sandbox)"; \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq bubblewrap; }
+	@command -v chromium >/dev/null || { \
+	  echo "installing chromium (the headless browser factory view's tests drive)"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium; }
 
 ## Make a Docker engine answer for the docker sandbox (as root: installs docker.io and starts dockerd if needed).
 docker-engine:

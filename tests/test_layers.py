@@ -25,7 +25,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("factory.rollouts",),
     ("factory.ranking",),
     ("factory.memory", "factory.export"),
-    ("factory.trainers",),
+    ("factory.trainers", "factory.view"),
     ("factory.cli",),
 ]
 #: The root package only re-exports (lazily); it may reach any layer.

@@ -16,6 +16,7 @@ COMMANDS = {
     "fork": "factory.cli._fork:fork",
     "tasks": "factory.cli._tasks:tasks",
     "verify": "factory.cli._verify:verify",
+    "view": "factory.cli._view:view",
     "memory": "factory.cli._memory:memory",
     "power": "factory.cli._rank:power",
     "query": "factory.cli._query:query",

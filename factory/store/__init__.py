@@ -1,5 +1,6 @@
 """DuckDB store: schema, migrations, idempotent writes, Polars reads, and every SQL statement the stages run."""
 
+from factory.store._browse import RunBrowser
 from factory.store._migrations import MIGRATIONS, Migration, applied_migrations, migrate
 from factory.store._records import (
     BranchEvent,
@@ -33,6 +34,7 @@ __all__ = [
     "Migration",
     "ModelCallEvent",
     "PairwiseCall",
+    "RunBrowser",
     "RunManifest",
     "RunStartEvent",
     "Store",
