@@ -13,6 +13,8 @@ tens of thousands of times, each repeated ``--n`` times (figures: median of
 - ``short generator``: ``list(gen(n))`` of a 3-item generator (what
   ``more_itertools``' ``test_cross_check`` does with 8000 ``factor()`` calls), per generator;
 - ``long generator item``: one item of a 2000-item generator, consumed by ``list()`` (run ahead);
+- ``lazy 20-item generator``: ``all(map(abs, gen(20)))``, per generator (consumed lazily: run ahead by a copy
+  of the solution's process, or item by item where the iterators consumed there were short);
 - ``key callback``: ``sorted(list, key=test_lambda)`` on 50 items inside the solution, per callback.
 
 ``--profile DIR`` writes cProfile statistics of both ends there (``trusted.prof``, ``solution.prof``).
@@ -48,6 +50,10 @@ class Box:
 def gen(n):
     for i in range(n):
         yield i
+
+def ones(n):
+    for i in range(n):
+        yield i + 1
 
 def sort_by(items, key):
     return sorted(items, key=key)
@@ -101,6 +107,8 @@ def measure(n: int, rounds: int, profile: str | None) -> dict[str, float]:
             "short generator (per generator)": (n, lambda: [list(solution.gen(3)) for _ in range(n)]),
             "long generator item": (2000 * max(1, n // 2000), lambda: [
                 list(solution.gen(2000)) for _ in range(max(1, n // 2000))]),
+            "lazy 20-item generator (per gen.)": (max(1, n // 20), lambda: [
+                all(map(abs, solution.ones(20))) for _ in range(max(1, n // 20))]),
             "key callback": (50 * max(1, n // 50), lambda: [
                 solution.sort_by(items, key=lambda x: x) for _ in range(max(1, n // 50))]),
         }

@@ -54,6 +54,7 @@ import abc
 import builtins
 import collections
 import collections.abc
+import contextlib
 import dataclasses
 import datetime
 import enum
@@ -790,6 +791,9 @@ _AHEAD_BYTES = 1 << 20
 _AHEAD_SECONDS = 0.02
 _AHEAD_KILL_SECONDS = 2.0
 _AHEAD_CHUNK = 32
+
+#: The last line a copy running ahead writes: its entries are complete.
+_AHEAD_DONE = b"!\n"
 _HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made at run time, not a builtin type
 #: Audit events a step of the copy may raise: this process's own business, invisible to the test.
 _AHEAD_QUIET_EVENTS = frozenset({
@@ -901,6 +905,7 @@ class SolutionServer(Endpoint):
         self.mirrored_as = {}  # (module, attribute) -> what the trusted side last sent for it
         self.speculating = None  # in a copy running an iterator ahead: its watch state (see run_ahead)
         self.ahead_failures = 0
+        self.copies = []  # pids of run_ahead's copies, killed and not yet collected
         self.cached_attrs = {}  # (module key, name) -> (module, object): handles the trusted side reuses
         self.ahead_refused = []  # handles ({"h": key}) of iterators whose copy produced nothing ahead
         self.last_reply = None
@@ -1954,12 +1959,14 @@ class SolutionServer(Endpoint):
                     random.setstate(rng)
                 self.produce_ahead(target, count, write_end)
             finally:
+                with contextlib.suppress(OSError):
+                    os.write(write_end, _AHEAD_DONE)  # (read as the end: no wait for this process's exit)
                 os._exit(0)
         os.close(write_end)
         data = bytearray()
         deadline = time.monotonic() + _AHEAD_KILL_SECONDS
         try:
-            while len(data) <= 2 * _AHEAD_BYTES:
+            while len(data) <= 2 * _AHEAD_BYTES and not data.endswith(_AHEAD_DONE):
                 left = deadline - time.monotonic()
                 if left <= 0 or not select.select([read_end], [], [], left)[0]:
                     break
@@ -1973,16 +1980,26 @@ class SolutionServer(Endpoint):
                 os.kill(pid, 9)
             except OSError:
                 pass
-            try:
-                os.waitpid(pid, 0)
-            except OSError:
-                pass
+            self.copies.append(pid)
+            self.reap_copies()
         import json
 
         entries = []
         for line in bytes(data).split(b"\n")[:-1]:  # complete chunks only: a killed copy's last may be cut
-            entries.extend(json.loads(line))
+            if line != _AHEAD_DONE[:-1]:
+                entries.extend(json.loads(line))
         return entries[:count]
+
+    def reap_copies(self):
+        """Collect the copies of :meth:`run_ahead` that have exited (killed; waited for only once gone, so a
+        run ahead does not also wait for its copy's exit)."""
+        for pid in list(self.copies):
+            try:
+                done = os.waitpid(pid, os.WNOHANG)[0] != 0
+            except ChildProcessError:
+                done = True
+            if done:
+                self.copies.remove(pid)
 
     def produce_ahead(self, target, count, out):
         """In the forked copy: write the entries of :meth:`run_ahead`, one JSON line each, to ``out``."""
@@ -1997,8 +2014,14 @@ class SolutionServer(Endpoint):
         os.dup2(detect, 1)
         os.dup2(detect, 2)
         os.dup2(sink, 0)
-        os.closerange(3, out)
-        os.closerange(out + 1, 1 << 16)
+        try:  # the descriptors open (closing each possible one is 65536 system calls)
+            open_fds = [int(name) for name in os.listdir("/proc/self/fd")]
+        except (OSError, ValueError):
+            open_fds = range(3, 1 << 16)
+        for fd in open_fds:
+            if fd > 2 and fd != out:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
         state = {"active": False, "tainted": False}
         audit, profile = _ahead_watch(state)
         sys.addaudithook(audit)

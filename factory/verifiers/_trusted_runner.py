@@ -451,6 +451,9 @@ _AHEAD_FIRST = 64
 #: several round trips).
 _AHEAD_AFTER = 4
 _AHEAD_MOST = 4096
+#: ... unless the iterators consumed at the same place of the test's code ended, on average, fewer than this many
+#: items after that point (the copy would cost more than it saves: ``all(map(isclose, solution.idft(x), x))``).
+_AHEAD_WORTH = 16
 #: References to a test's iterator passed as a temporary argument, seen from clone_ahead (see there).
 _TEMPORARY_REFS = 6
 #: The same at the entry of a generated mirror of a solution function (_solution_function's forward): its
@@ -771,6 +774,9 @@ class SolutionClient(Endpoint):
         # Iterators a builtin consumes to its end (_whole_consumer): key -> (the test's frame, its call's offset);
         # the items the solution's own iterator produced for it in one batch, not yet handed out ("whole").
         self.whole, self.rest = {}, {}
+        # Where in the test's code each solution iterator is consumed (code, offset), how many items it gave so
+        # far, and how long those consumed at each place were when they ended (a running mean): next_item.
+        self.site_of, self.consumed, self.site_lengths = {}, {}, {}
         self.made_at = None  # (the test's frame, the offset of its call, key) of the handle a call just returned
         self.module_cache = {}  # (module key, name) -> a module's function or class, until the solution says stale
         self.temporary_args = {}  # id -> a test's builtin iterator a mirror function was passed as a temporary
@@ -1042,6 +1048,29 @@ class SolutionClient(Endpoint):
     # ------------------------------------------------------------ the solution's iterators, run ahead
 
     def next_item(self, key):
+        """``next()`` of the solution's iterator ``key`` (:meth:`_next_item`), noting how long the iterators
+        consumed at each place of the test's code were when they ended (only to decide when to run ahead)."""
+        count = self.consumed.get(key)
+        if count is None:
+            if len(self.consumed) >= 100_000:  # (iterators the test left unfinished)
+                self.consumed.clear()
+                self.site_of.clear()
+            frame = sys._getframe(2)  # (the caller of RemoteObject.__next__)
+            if len(self.site_lengths) < 10_000:
+                self.site_of[key] = (frame.f_code, frame.f_lasti)
+            count = 0
+        self.consumed[key] = count + 1
+        try:
+            return self._next_item(key)
+        except StopIteration:
+            site = self.site_of.pop(key, None)
+            if site is not None:
+                typical = self.site_lengths.get(site)
+                self.site_lengths[site] = count if typical is None else (typical + count) / 2
+            self.consumed.pop(key, None)
+            raise
+
+    def _next_item(self, key):
         """``next()`` of the solution's iterator ``key``: an item its process produced ahead, or a request.
 
         After a few ``next()`` requests in a row on the same iterator (``_AHEAD_AFTER``), the next asks the solution
@@ -1080,6 +1109,9 @@ class SolutionClient(Endpoint):
             return self.ahead_entry(entry)
         streak = self.streak[1] if self.streak[0] == key else 0
         ask = min(_AHEAD_FIRST * 4 ** (streak - _AHEAD_AFTER), _AHEAD_MOST) if streak >= _AHEAD_AFTER else 0
+        typical = self.site_lengths.get(self.site_of.get(key)) if ask else None
+        if typical is not None and typical - streak < _AHEAD_WORTH and streak < 4 * typical + _AHEAD_WORTH:
+            ask = 0  # (an iterator much longer than those before it here runs ahead after all)
         value = self.request("next", h={"h": key}, **({"ahead": ask} if ask else {}))
         more = self.last_reply.get("more") if ask and type(self.last_reply) is dict else None
         if type(more) is list and 0 < len(more) < ask:
