@@ -132,6 +132,7 @@ _FIELD_OPTIONS = (
                  note="Checkpoints are written only with this option, so that --resume can continue after a crash."),
     _FieldOption(("--resume",), "resume", flag=True),
     _FieldOption(("--max-length",), "max_length", click.IntRange(min=8)),
+    _FieldOption(("--allow-unmasked",), "allow_unmasked", flag=True),
     _FieldOption(("--objective",), "objective", click.Choice(["auto", "pairwise", "regression"])),
     _FieldOption(("--sandbox",), "sandbox"),
     _FieldOption(("--num-generations",), "num_generations", click.IntRange(min=2)),
@@ -203,6 +204,13 @@ def _print(result) -> None:
         click.echo(f"adapter: {result.adapter_dir}")
     click.echo(f"result: {result.output_dir / 'train_result.json'}" +
                (f"; loss curve: {result.plot_path}" if result.plot_path else ""))
+    mask = m.get("loss_mask")
+    if mask:  # DPO, KTO: which tokens the loss saw
+        seen = (f"the assistant's tokens only ({mask['loss_tokens']} of {mask['completion_tokens']} completion "
+                "tokens)" if mask["assistant_only"] else "every completion token (--allow-unmasked or plain text)")
+        click.echo(f"loss on {seen}")
+    if m.get("prompt_fit_summary"):
+        click.echo(m["prompt_fit_summary"])
     data = result.provenance["data"]
     click.echo(f"data: {data['rows']} row(s), dataset {data['dataset_hash'] or 'unknown (no manifest)'}")
     for warning in result.warnings:

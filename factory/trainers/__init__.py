@@ -17,7 +17,7 @@ from factory.trainers._registry import (
     trainer_entry,
     trainer_names,
 )
-from factory.trainers._tiny import CHAT_TEMPLATE, build_tiny_model
+from factory.trainers._tiny import CHAT_TEMPLATE, build_tiny_model, ensure_tiny_model, tiny_model_dir
 
 # Names whose modules import TRL (and the policy loader's), resolved on first use (PEP 562).
 _LAZY = {
@@ -49,6 +49,7 @@ __all__ = [
     "build_tiny_model",
     "completion_text",
     "describe_fields",
+    "ensure_tiny_model",
     "load_policy",
     "load_trainer",
     "load_training_data",
@@ -59,6 +60,7 @@ __all__ = [
     "train_grpo",
     "train_kto",
     "train_reward",
+    "tiny_model_dir",
     "train_sft",
     "trainer_entry",
     "trainer_names",

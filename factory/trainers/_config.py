@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["TrainerSettings", "device_defaults"]
+__all__ = ["PreferenceSettings", "TrainerSettings", "device_defaults"]
 
 
 def device_defaults(*, use_cpu: bool | None) -> dict[str, Any]:
@@ -51,7 +51,8 @@ class TrainerSettings:
         "help": "The export file to train on (.jsonl or .parquet from `factory export`; its manifest is read too)."})
     model_name_or_path: str = field(default="local", metadata={
         "help": "The policy: a Hugging Face model folder, `hf:DIR`, a hub id (needs the network), a .gguf file, "
-                "or `local` for the embedded default GGUF (dequantized to train)."})
+                "`local` for the embedded default GGUF (dequantized to train), or `tiny` for a tiny offline model "
+                "that trains in seconds (built once, cached)."})
     use_lora: bool = field(default=False, metadata={
         "help": "Train a LoRA adapter; the output holds the adapter and the merged checkpoint."})
     lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
@@ -93,3 +94,21 @@ class TrainerSettings:
         return {name: getattr(self, name) for name in (
             "data_file", "model_name_or_path", "use_lora", "lora_r", "lora_alpha", "lora_dropout",
             "lora_target_modules", "merge_adapter", "resume")}
+
+
+@dataclass
+class PreferenceSettings:
+    """Fields the DPO and KTO configs add: which tokens the loss sees, and a length limit read from the data.
+
+    Attributes:
+        allow_unmasked: Train on every completion token where the chat template cannot mark the assistant's.
+        max_length: The length limit; None takes it from the data, capped at the model's context.
+    """
+
+    allow_unmasked: bool = field(default=False, metadata={
+        "help": "Where the chat template cannot mark the assistant's turns, train on every completion token (tool "
+                "results included) instead of stopping; recorded in train_result.json."})
+    max_length: int | None = field(default=None, metadata={
+        "help": "Longest row in tokens (prompt + completion); longer prompts are cut from the left at message "
+                "boundaries, keeping the system message, the task prompt and the latest turns (default: the "
+                "longest row, up to the model's context)."})

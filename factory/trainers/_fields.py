@@ -19,7 +19,7 @@ __all__ = ["CONFIG_FIELDS", "FieldDoc", "describe_fields"]
 OPTION_FIELDS = (
     "data_file", "model_name_or_path", "output_dir", "use_lora", "max_steps", "num_train_epochs", "learning_rate",
     "per_device_train_batch_size", "gradient_accumulation_steps", "seed", "save_steps", "resume", "max_length",
-    "objective", "sandbox", "num_generations", "max_completion_length",
+    "objective", "sandbox", "num_generations", "max_completion_length", "allow_unmasked",
 )
 
 
@@ -53,8 +53,9 @@ _SHARED: dict[str, FieldDoc] = {
     "data_file": FieldDoc(None, "The export file to train on (.jsonl or .parquet from `factory export`; its manifest "
                                 "is read too)."),
     "model_name_or_path": FieldDoc("local", "The policy: a Hugging Face model folder, `hf:DIR`, a hub id (needs the "
-                                            "network), a .gguf file, or `local` for the embedded default GGUF "
-                                            "(dequantized to train)."),
+                                            "network), a .gguf file, `local` for the embedded default GGUF "
+                                            "(dequantized to train), or `tiny` for a tiny offline model that trains "
+                                            "in seconds (built once, cached)."),
     "output_dir": FieldDoc(None, "The output directory where the model predictions and checkpoints will be written."),
     "use_lora": FieldDoc(False, "Train a LoRA adapter; the output holds the adapter and the merged checkpoint."),
     "max_steps": FieldDoc(-1, "Overrides `num_train_epochs`. If set to a positive number, the total number of "
@@ -77,9 +78,12 @@ _SHARED: dict[str, FieldDoc] = {
 _OWN: dict[str, dict[str, FieldDoc]] = {
     "dpo": {
         "learning_rate": FieldDoc(1e-06, "The initial learning rate for AdamW."),
-        "max_length": FieldDoc(1024, "Maximum length of the tokenized sequence. Sequences longer than `max_length` "
-                                     "are truncated from the left or right depending on the `truncation_mode`. If "
-                                     "`None`, no truncation is applied."),
+        "max_length": FieldDoc(None, "Longest row in tokens (prompt + completion); longer prompts are cut from the "
+                                     "left at message boundaries, keeping the system message, the task prompt and "
+                                     "the latest turns (default: the longest row, up to the model's context)."),
+        "allow_unmasked": FieldDoc(False, "Where the chat template cannot mark the assistant's turns, train on every "
+                                          "completion token (tool results included) instead of stopping; recorded in "
+                                          "train_result.json."),
     },
     "grpo": {
         "learning_rate": FieldDoc(1e-06, "The initial learning rate for AdamW."),
@@ -91,8 +95,12 @@ _OWN: dict[str, dict[str, FieldDoc]] = {
     },
     "kto": {
         "learning_rate": FieldDoc(1e-06, "The initial learning rate for AdamW."),
-        "max_length": FieldDoc(1024, "Maximum length of the tokenized sequence. Sequences longer than `max_length` "
-                                     "are truncated from the right. If `None`, no truncation is applied."),
+        "max_length": FieldDoc(None, "Longest row in tokens (prompt + completion); longer prompts are cut from the "
+                                     "left at message boundaries, keeping the system message, the task prompt and "
+                                     "the latest turns (default: the longest row, up to the model's context)."),
+        "allow_unmasked": FieldDoc(False, "Where the chat template cannot mark the assistant's turns, train on every "
+                                          "completion token (tool results included) instead of stopping; recorded in "
+                                          "train_result.json."),
     },
     "reward": {
         "learning_rate": FieldDoc(0.0001, "The initial learning rate for AdamW."),

@@ -3,24 +3,27 @@
 The export balances desirable against undesirable rows through
 ``desirable_weight`` / ``undesirable_weight``, so that weight x count is
 about equal for both classes (TRL advises a ratio between 1 and 4/3). The manifest carries them; a file without one gets
-them computed from its labels. A weight the user set in the config wins.
+them computed from its labels. A weight the user set in the config wins. As for DPO, the loss (and the KL
+estimate) sees only the assistant's tokens, and the length limit comes from the data.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import trl
 
-from factory.trainers._config import TrainerSettings
+from factory.trainers._config import PreferenceSettings, TrainerSettings
 from factory.trainers._data import TrainingData
-from factory.trainers._run import TrainResult, frozen_reference, run_training
+from factory.trainers._preference import build_preference_trainer
+from factory.trainers._run import TrainResult, run_training
 
 __all__ = ["KTOConfig", "kto_class_weights", "train_kto"]
 
 
 @dataclass
-class KTOConfig(TrainerSettings, trl.KTOConfig):
+class KTOConfig(PreferenceSettings, TrainerSettings, trl.KTOConfig):
     """TRL's ``KTOConfig`` with the data, the policy, LoRA and CPU-safe defaults (see :class:`TrainerSettings`).
 
     ``desirable_weight`` / ``undesirable_weight`` default to None: taken from the export manifest.
@@ -53,7 +56,7 @@ def kto_class_weights(data: TrainingData) -> tuple[dict[str, float], str]:
     return {k: float(computed[k]) for k in ("desirable_weight", "undesirable_weight")}, "labels"
 
 
-def _build(config: KTOConfig, model, tokenizer, data: TrainingData) -> trl.KTOTrainer:
+def _build(config: KTOConfig, model, tokenizer, data: TrainingData, notes: dict[str, Any]) -> trl.KTOTrainer:
     weights, origin = kto_class_weights(data)
     desirable, undesirable = config._weights_set
     config.desirable_weight = weights["desirable_weight"] if desirable is None else desirable
@@ -61,10 +64,10 @@ def _build(config: KTOConfig, model, tokenizer, data: TrainingData) -> trl.KTOTr
     if desirable is None or undesirable is None:
         data.warnings.append(f"KTO class weights from the {origin}: desirable_weight={config.desirable_weight}, "
                              f"undesirable_weight={config.undesirable_weight}")
-    return trl.KTOTrainer(model=model, ref_model=frozen_reference(model), args=config, train_dataset=data.dataset,
-                          processing_class=tokenizer)
+    return build_preference_trainer("kto", config, model, tokenizer, data, notes)
 
 
 def train_kto(config: KTOConfig) -> TrainResult:
     """Train ``config.model_name_or_path`` with KTO on ``config.data_file``; see :func:`run_training`."""
-    return run_training("kto", config, "kto", _build)
+    notes: dict[str, Any] = {}
+    return run_training("kto", config, "kto", lambda *args: _build(*args, notes), extra_metrics=lambda: notes)

@@ -1,7 +1,10 @@
 """The policy a trainer starts from: where it comes from, how it loads, how LoRA wraps it, how it is saved.
 
-A policy spec names one of three sources (:func:`resolve_policy`):
+A policy spec names one of four sources (:func:`resolve_policy`):
 
+- ``tiny``: the tiny offline model the tests use (a two-layer Llama with a ChatML template), built once into the
+  cache under ``FACTORY_HOME``, so that every trainer can be tried in seconds on a laptop (a folder named
+  ``tiny`` is written ``./tiny``);
 - ``local`` (also ``local:`` and ``gguf:default``): the embedded Qwen2.5-Coder-0.5B-Instruct GGUF that
   ``factory fork --model local`` runs, joined from its packages on first use;
 - a ``.gguf`` file (also as ``local:FILE`` or ``gguf:FILE``, the spellings the rollout side takes);
@@ -29,6 +32,7 @@ from typing import Any
 
 from factory.errors import ConfigError
 from factory.provenance import file_sha256
+from factory.trainers._tiny import TINY_SPEC, ensure_tiny_model
 
 __all__ = ["PolicySource", "apply_lora", "is_peft_model", "load_policy", "resolve_policy", "save_policy"]
 
@@ -80,7 +84,8 @@ def resolve_policy(spec: str) -> PolicySource:
     """Work out what a policy spec names, checking that it exists; nothing is loaded.
 
     Args:
-        spec: ``local`` / ``local:`` / ``gguf:default`` for the embedded default GGUF; a path ending ``.gguf``
+        spec: ``tiny`` for the tiny offline model (built once into the cache, see :func:`ensure_tiny_model`);
+            ``local`` / ``local:`` / ``gguf:default`` for the embedded default GGUF; a path ending ``.gguf``
             (optionally prefixed ``local:`` or ``gguf:``); a checkpoint folder holding ``config.json``; or a hub
             id ``owner/name``. Folders and hub ids may be prefixed ``hf:``, as ``factory fork --model`` takes them.
             An existing folder wins over a hub id of the same spelling.
@@ -95,6 +100,8 @@ def resolve_policy(spec: str) -> PolicySource:
         ModelConfigError: ``local``, but the embedded weights' packages are not installed (exit code 2 too).
     """
     text = spec.strip()
+    if text == TINY_SPEC:  # the tiny offline model the tests use, built once into the cache
+        return PolicySource(spec=spec, kind="folder", path=str(ensure_tiny_model().resolve()))
     if text in _DEFAULT_SPECS:
         from factory.models import DEFAULT_WEIGHTS, ensure_weights
 

@@ -4,15 +4,26 @@
 template that renders tools, tool calls and tool results, and saves a randomly initialised two-layer Llama or
 Qwen2 model beside it. The folder loads with ``AutoModelForCausalLM`` / ``AutoTokenizer`` like any checkpoint, so
 tests and dry runs go through exactly the code paths a real model would, in a few seconds on a CPU.
+
+:func:`ensure_tiny_model` is what ``factory train NAME --model tiny`` loads: the same model, built once into the
+cache under ``FACTORY_HOME`` (``models/tiny-<digest>``, the digest of everything that shapes it) and reused.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 from factory.errors import ConfigError
 
-__all__ = ["CHAT_TEMPLATE", "build_tiny_model"]
+__all__ = ["CHAT_TEMPLATE", "TINY_SPEC", "build_tiny_model", "ensure_tiny_model", "tiny_model_dir"]
+
+#: The policy spec that names the cached tiny model (``factory train dpo --model tiny``).
+TINY_SPEC = "tiny"
 
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
@@ -319,3 +330,61 @@ def build_tiny_model(
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
+
+
+def tiny_model_dir(**options: object) -> Path:
+    """Where :func:`ensure_tiny_model` keeps the tiny model built with ``options`` (not created here).
+
+    The folder's name carries a digest of the chat template, the corpus, the options and the transformers and torch
+    versions, so a change to any of them builds a fresh model instead of reusing a stale one.
+    """
+    from importlib import metadata
+
+    from factory.settings import factory_home
+
+    versions = {}
+    for package in ("transformers", "torch", "tokenizers"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = None
+    shape = json.dumps({"template": CHAT_TEMPLATE, "corpus": _CORPUS, "regex": _PRETOKENIZE_REGEX,
+                        "options": options, "versions": versions}, sort_keys=True)
+    return factory_home() / "models" / f"tiny-{hashlib.sha256(shape.encode()).hexdigest()[:16]}"
+
+
+def ensure_tiny_model(**options: object) -> Path:
+    """The tiny model (see :func:`build_tiny_model`), built on first use into the cache and reused after.
+
+    The model is built in a temporary folder beside its place and renamed into it once complete, so an interrupted
+    build leaves nothing that looks finished, and two processes building at once both end with the same model.
+
+    Args:
+        **options: :func:`build_tiny_model`'s keyword arguments (default: its defaults).
+
+    Returns:
+        The folder, loadable with ``AutoModelForCausalLM`` / ``AutoTokenizer``.
+
+    Raises:
+        ConfigError: An option cannot make a model, or the cache cannot be written.
+    """
+    target = tiny_model_dir(**options)
+    if (target / "config.json").is_file():
+        return target
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    except OSError as exc:
+        raise ConfigError(f"cannot write the tiny model's cache in {target.parent}: {exc}") from exc
+    try:
+        build_tiny_model(staging, **options)  # type: ignore[arg-type]
+        try:
+            os.rename(staging, target)
+        except OSError:
+            if not (target / "config.json").is_file():  # not a concurrent build that finished first
+                raise
+    except OSError as exc:
+        raise ConfigError(f"cannot write the tiny model's cache in {target.parent}: {exc}") from exc
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
