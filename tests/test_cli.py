@@ -15,7 +15,8 @@ from factory import __version__
 from factory.cli import COMMANDS, main
 from factory.store import Store, utc_now
 
-HEAVY_MODULES = ("torch", "trl", "transformers", "vllm", "ray", "llama_cpp", "anthropic", "openai", "docker")
+HEAVY_MODULES = ("torch", "trl", "transformers", "vllm", "ray", "llama_cpp", "anthropic", "openai", "docker",
+                 "starlette", "uvicorn", "playwright")
 
 
 def all_commands() -> list[tuple[str, click.Command]]:

@@ -503,13 +503,16 @@
     else if (parts[0] === 'run' && parts[2] === 'task' && parts[4] === 'branch') done = viewTask(parts[1], parts[3], parseInt(parts[5], 10));
     else if (parts[0] === 'run' && parts[2] === 'task') done = viewTask(parts[1], parts[3], null);
     else done = Promise.reject(new Error('no such page: ' + location.hash));
+    var token = renderToken;
     done.then(function () {
+      if (token !== renderToken) return; // a later page replaced this one
       if (navIndex < 0) {
         var focus = app.querySelector('.branch.focus [data-nav]');
         var all = navItems();
         if (focus) select(all.indexOf(focus));
       }
     }, function (err) {
+      if (token !== renderToken) return;
       setStatus(String(err && err.message ? err.message : err), true);
       if (app.textContent === 'Loading…') app.textContent = '';
     });
