@@ -222,6 +222,9 @@ def _register() -> None:
 
     for name in trainer_names():
         train.add_command(_command(name, trainer_entry(name).summary))
+    from factory.cli._detect import detect  # the reward-hacking detector's replay of a logged run
+
+    train.add_command(detect)
 
 
 _register()
