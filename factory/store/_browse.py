@@ -45,6 +45,14 @@ _RUN_COUNTS = f"""
     WHERE b.run_id = $run
     """
 
+#: $run: what changes whenever a run's status, branches, verdicts or ranking are written.
+_RUN_FINGERPRINT = """
+    SELECT (SELECT status FROM runs WHERE run_id = $run) AS status,
+           (SELECT (count(*), max(finished_at)) FROM branches WHERE run_id = $run) AS branches,
+           (SELECT (count(*), max(created_at)) FROM verdicts WHERE run_id = $run) AS verdicts,
+           (SELECT (count(*), max(created_at)) FROM rankings WHERE run_id = $run) AS rankings
+    """
+
 _RUN_COUNTS_BY_STATUS = """
     SELECT status, count(*)::BIGINT AS branches FROM branches WHERE run_id = ? GROUP BY status ORDER BY status
     """
@@ -84,16 +92,20 @@ _TASKS_PAGE = """
     ORDER BY task_id LIMIT $limit OFFSET $offset
     """
 
-#: $run, $tasks, $opinions: the grid cells of a page of tasks: one per branch, its outcome and marks.
+#: A page's tasks: the range lets DuckDB skip the row groups outside it (rows are written in task order), the
+#: list keeps only the page's tasks when a filter left gaps in the range.
+_IN_PAGE = "run_id = $run AND task_id BETWEEN $first AND $last AND list_contains($tasks, task_id)"
+
+#: $run, $tasks, $first, $last, $opinions: the grid cells of a page of tasks: one per branch, its outcome and marks.
 _GRID_CELLS = f"""
-    WITH v AS ({queries.verdict_summary_sql("run_id = $run AND list_contains($tasks, task_id)")})
+    WITH v AS ({queries.verdict_summary_sql(_IN_PAGE)})
     SELECT b.task_id, b.branch_index, b.status, v.objective_pass, v.objective_score, v.judge_score,
            coalesce(v.hack_detected, false) AS hack_detected, coalesce(v.hack_suspected, false) AS hack_suspected,
            coalesce(v.boundary_limited, false) AS boundary_limited, v.run_id IS NOT NULL AS has_verdict,
            r.rank, b.cost_usd
     FROM branches b LEFT JOIN v USING (run_id, task_id, branch_index)
     LEFT JOIN rankings r USING (run_id, task_id, branch_index)
-    WHERE b.run_id = $run AND list_contains($tasks, b.task_id)
+    WHERE b.run_id = $run AND b.task_id BETWEEN $first AND $last AND list_contains($tasks, b.task_id)
     ORDER BY b.task_id, b.branch_index
     """
 
@@ -180,7 +192,7 @@ class RunBrowser:
         return self.store._read(sql, params)
 
     def runs_page(self, *, limit: int, offset: int = 0, status: str | None = None, model: str | None = None,
-                  text: str | None = None) -> tuple[list[dict[str, Any]], int]:
+                  text: str | None = None, with_counts: bool = True) -> tuple[list[dict[str, Any]], int]:
         """One page of runs, newest first, each with its branch counts.
 
         Args:
@@ -189,6 +201,8 @@ class RunBrowser:
             status: Only runs with this status.
             model: Only runs whose model contains this text (any case).
             text: Only runs whose id or task file contains this text.
+            with_counts: Count each run's branches (False: the ``runs`` rows only, for a caller that keeps
+                counts of its own, see :meth:`run_counts`).
 
         Returns:
             ``(rows, total)``: the page's runs (counts: ``branches, infra_failures, verified, passed, hacks,
@@ -198,7 +212,7 @@ class RunBrowser:
                                        "limit": int(limit), "offset": int(offset)})
         total = int(page["total"][0]) if page.height else 0
         rows = page.drop("total").to_dicts()
-        if rows:
+        if rows and with_counts:
             counts = {row["run_id"]: row for row in self._read(
                 _RUNS_COUNTS, {"runs": [r["run_id"] for r in rows], "opinions": self.opinions}).to_dicts()}
             empty = {"branches": 0, "infra_failures": 0, "verified": 0, "passed": 0, "hacks": 0,
@@ -229,6 +243,15 @@ class RunBrowser:
         by_status = {s: int(n) for s, n in self._read(_RUN_COUNTS_BY_STATUS, [run_id]).iter_rows()}
         return {**run, **counts, "tasks": tasks, "by_status": by_status}
 
+    def run_fingerprint(self, run_id: str) -> tuple[Any, ...]:
+        """Cheap to read, and different whenever the run's status, branches, verdicts or ranking were written.
+
+        Branches, verdicts and rankings are counted and their newest time taken (a rewritten branch gets a
+        new ``finished_at``, a new verdict a new ``created_at``), so a viewer can keep a run's counts until
+        this changes.
+        """
+        return tuple(self._read(_RUN_FINGERPRINT, {"run": run_id}).row(0))
+
     def tasks_page(self, run_id: str, *, limit: int, offset: int = 0,
                    text: str | None = None) -> tuple[list[dict[str, Any]], int]:
         """One page of a run's tasks, each with its grid: one cell per branch (outcome, hack marks, rank).
@@ -251,7 +274,8 @@ class RunBrowser:
         if not rows:
             return rows, total
         cells: dict[str, list[dict[str, Any]]] = {row["task_id"]: [] for row in rows}
-        grid = self._read(_GRID_CELLS, {"run": run_id, "tasks": list(cells), "opinions": self.opinions})
+        grid = self._read(_GRID_CELLS, {"run": run_id, "tasks": list(cells), "first": min(cells), "last": max(cells),
+                                        "opinions": self.opinions})
         for cell in grid.to_dicts():
             cells[cell.pop("task_id")].append(cell)
         for row in rows:

@@ -173,6 +173,20 @@ class ViewData:
             opinions = opinion_verifiers()
         self.store = store
         self.browser = RunBrowser(store, opinions=opinions)
+        # run id -> (fingerprint, counts): counting a large run's verdicts is the slowest read, and a finished
+        # run's counts never change; a run being written changes its fingerprint, which recounts it
+        self._counts: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {}
+
+    def run_counts(self, run_id: str) -> dict[str, Any] | None:
+        """A run's row and counts (:meth:`factory.store.RunBrowser.run_counts`), recounted only when it changed."""
+        fingerprint = self.browser.run_fingerprint(run_id)
+        cached = self._counts.get(run_id)
+        if cached is not None and cached[0] == fingerprint:
+            return dict(cached[1])
+        counts = self.browser.run_counts(run_id)
+        if counts is not None:
+            self._counts[run_id] = (fingerprint, counts)
+        return None if counts is None else dict(counts)
 
     def answer(self, name: str, params: Mapping[str, Any]) -> dict[str, Any] | None:
         """The JSON object for one request.
@@ -198,14 +212,18 @@ class ViewData:
         limit = _int(params, "limit", PAGE["runs"], low=1, high=MAX_PAGE)
         offset = _int(params, "offset", 0)
         rows, total = self.browser.runs_page(limit=limit, offset=offset, status=params.get("status"),
-                                             model=params.get("model"), text=params.get("q"))
+                                             model=params.get("model"), text=params.get("q"), with_counts=False)
         for row in rows:
+            counts = self.run_counts(row["run_id"]) or {}
+            row.update({key: counts.get(key, 0) for key in ("branches", "infra_failures", "verified", "passed",
+                                                             "hacks", "boundary_limited")})
+            row["cost_usd"] = counts.get("cost_usd")
             row["pass_rate"] = pass_rate(int(row["passed"]), int(row["verified"]))
         return {"runs": rows, "total": total, "limit": limit, "offset": offset,
                 "filters": self.browser.run_filter_values()}
 
     def _run(self, params: Mapping[str, Any]) -> dict[str, Any] | None:
-        run = self.browser.run_counts(_required(params, "run"))
+        run = self.run_counts(_required(params, "run"))
         if run is None:
             return None
         run["config"] = _json_cell(run.get("config"))

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from factory.ranking import wilson_interval
-from factory.store import Store
+from factory.store import Store, utc_now
 from factory.view import (
     ENDPOINTS,
     ViewData,
@@ -198,3 +198,19 @@ def test_cli_writes_a_bundle_and_refuses_a_missing_store(cli, view_db: Path, tmp
     assert result.exit_code == 0 and "file://" in result.output and (tmp_path / "out" / "index.html").exists()
     missing = cli("view", "--db", tmp_path / "none.duckdb", "--bundle", tmp_path / "out2")
     assert missing.exit_code == 1 and "no database" in missing.output
+
+
+def test_run_counts_are_kept_until_the_run_changes(view_db: Path, tmp_path: Path) -> None:
+    db = tmp_path / "copy.duckdb"
+    db.write_bytes(view_db.read_bytes())
+    with Store.open(db) as writable:
+        data = ViewData(writable)
+        before = data.answer("run", {"run": "r1"})
+        assert data.answer("run", {"run": "r1"}) == before  # kept: nothing changed
+        assert before["passed"] == 5
+        # a newer verdict passes branch 3 of `add` (it failed): the counts must follow
+        writable.write_verdicts([{"run_id": "r1", "task_id": "add", "branch_index": 3, "verifier": "answer",
+                                  "version": "1", "ok": True, "score": 1.0, "status": "pass",
+                                  "details": {"code": "ok"}, "created_at": utc_now()}])
+        after = data.answer("run", {"run": "r1"})
+        assert after["passed"] == 6 and data.answer("runs", {})["runs"][0]["passed"] == 6
