@@ -394,6 +394,16 @@ class TrustedObject:
         return self._op("getattr", name="__module__")
 
 
+class _SelfIterating(TrustedObject):
+    """A handle on a test's builtin iterator (a list's, a generator, ``map``): ``iter()`` returns it, as
+    there, without asking."""
+
+    __slots__ = ()
+
+    def __iter__(self):
+        return self
+
+
 class TrustedFunction(TrustedObject):
     """A function of the test: set on a class of the solution (monkeypatch), it binds like a method."""
 
@@ -1347,6 +1357,8 @@ class SolutionServer(Endpoint):
                     _CUSTOM_EQ.add(key)
             if made is None:
                 kind = TrustedFunction if data.get("k") == "function" else TrustedObject
+                if data.get("selfiter") is True and kind is TrustedObject:
+                    kind = _SelfIterating  # a test's builtin iterator: iter() returns it, as there
                 if data.get("await") in ("coro", "obj") and data.get("k") == "object":
                     kind = _TrustedCoroutine if data["await"] == "coro" else _TrustedAwaitable
                 std = data.get("std")

@@ -468,6 +468,11 @@ _CLONABLE_ITERATORS = frozenset(type(x) for x in (
     iter(()), iter([]), iter(""), iter(b""), iter(range(0)), iter(range(1 << 64)), iter(bytearray()),
     itertools.permutations(()), itertools.combinations((), 0), itertools.combinations_with_replacement((), 0),
     itertools.product(), itertools.count(), itertools.repeat(None)))
+#: The test's builtin iterators whose iter() is the object itself, with no code run (PyObject_SelfIter): the
+#: solution's iter() on one takes no round trip (handle "selfiter").
+_SELF_ITERATORS = _CLONABLE_ITERATORS | frozenset(type(x) for x in (
+    (lambda: (yield))(), map(id, ()), filter(None, ()), zip(), enumerate(()), reversed([]), iter({}),
+    iter({}.values()), iter({}.items()), iter(set())))
 #: Attribute names of a test's object the solution may never read, whatever their prefix.
 _HIDDEN_PREFIXES = ("_", "gi_", "cr_", "ag_", "f_", "tb_", "co_", "pytest")
 _NAME_DUNDERS = frozenset({"__name__", "__qualname__", "__doc__", "__module__"})
@@ -1397,6 +1402,8 @@ class SolutionClient(Endpoint):
         kind = ("class" if isinstance(value, type) else "function" if isinstance(value, types.FunctionType)
                 else "callable" if callable(value) else "object")
         handle = {"rh": key, "k": kind, "name": _safe_name(getattr(type(value), "__name__", "object"))}
+        if type(value) in _SELF_ITERATORS:
+            handle["selfiter"] = True
         if kind == "class" and issubclass(value, Exception) and not any(
                 getattr(base, "_factory_key", None) is not None or isinstance(base, RemoteClass)
                 for base in value.__mro__):
