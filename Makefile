@@ -92,6 +92,7 @@ bench: setup
 	$(PY) bench/bench_memory.py
 	$(PY) bench/bench_export.py
 	$(PY) bench/bench_train.py
+	$(PY) bench/bench_view.py
 
 ## The embedded engine's portable build against a native one (builds the native wheel once, ~7 minutes).
 bench-engine: setup

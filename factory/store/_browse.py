@@ -104,7 +104,7 @@ _GRID_CELLS = f"""
            coalesce(v.boundary_limited, false) AS boundary_limited, v.run_id IS NOT NULL AS has_verdict,
            r.rank, b.cost_usd
     FROM branches b LEFT JOIN v USING (run_id, task_id, branch_index)
-    LEFT JOIN rankings r USING (run_id, task_id, branch_index)
+    LEFT JOIN (SELECT * FROM rankings WHERE {_IN_PAGE}) r USING (run_id, task_id, branch_index)
     WHERE b.run_id = $run AND b.task_id BETWEEN $first AND $last AND list_contains($tasks, b.task_id)
     ORDER BY b.task_id, b.branch_index
     """
