@@ -39,21 +39,23 @@ def view(db: Path | None, port: int, host: str, bundle: Path | None) -> None:
     from factory.store import Store
     from factory.view import ViewData, is_loopback, serve, write_bundle
 
-    with Store.open(resolve_db(db), read_only=True) as store:
-        data = ViewData(store)
-        if bundle is not None:
-            written = write_bundle(data, bundle)
-            click.echo(f"wrote {bundle}: {written['answers']} data files, {written['bytes'] / 1e6:.1f} MB; "
-                       f"open {bundle.resolve() / 'index.html'} in a browser (file:// works, no server)")
-            return
-        try:
-            import starlette  # noqa: F401
-            import uvicorn  # noqa: F401
-        except ImportError as exc:
-            raise ConfigError(f"factory view needs the `view` extra ({exc.name} is missing): "
-                              "pip install 'factory-rlaif[view]' (or write a static copy with --bundle DIR)") from None
-        if not is_loopback(host):
-            click.echo(f"warning: listening on {host}: anyone who can reach it can read this store", err=True)
-        shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
-        click.echo(f"factory view: http://{shown}:{port}/  (store {store.path}, read-only; Ctrl-C stops)")
-        serve(data, host=host, port=port)
+    path = resolve_db(db)
+    if bundle is not None:
+        with Store.open(path, read_only=True) as store:
+            written = write_bundle(ViewData(store), bundle)
+        click.echo(f"wrote {bundle}: {written['answers']} data files, {written['bytes'] / 1e6:.1f} MB; "
+                   f"open {bundle.resolve() / 'index.html'} in a browser (file:// works, no server)")
+        return
+    try:
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as exc:
+        raise ConfigError(f"factory view needs the `view` extra ({exc.name} is missing): "
+                          "pip install 'factory-rlaif[view]' (or write a static copy with --bundle DIR)") from None
+    # opened now to fail early on a missing or unreadable store, then per burst of requests (a fork may be writing)
+    Store.open(path, read_only=True).close()
+    if not is_loopback(host):
+        click.echo(f"warning: listening on {host}: anyone who can reach it can read this store", err=True)
+    shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    click.echo(f"factory view: http://{shown}:{port}/  (store {path}, read-only; Ctrl-C stops)")
+    serve(ViewData(path=path), host=host, port=port)

@@ -76,9 +76,7 @@ def _requests(data: ViewData) -> Iterator[tuple[str, dict[str, Any]]]:
 
 def _corpus(data: ViewData, run_id: str) -> dict[str, Any]:
     """A run's searchable text: final answers and tool outputs, capped (the page searches it itself)."""
-    # an empty needle matches every final answer and tool output (at most MAX_CORPUS of each)
-    rows = data.browser.search(run_id, "", limit=MAX_CORPUS)
-    entries = [{**row, "text": (row["text"] or "")[:CORPUS_TEXT]} for row in rows]
+    entries = data.corpus(run_id, limit=MAX_CORPUS, chars=CORPUS_TEXT)
     return {"run_id": run_id, "entries": entries, "cut": len(entries) >= MAX_CORPUS, "limit": MAX_HITS}
 
 

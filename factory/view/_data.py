@@ -15,11 +15,14 @@ limited by the isolation boundary are counted apart as well.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 import math
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import date, datetime
+from pathlib import Path
 from typing import Any
 
 from factory.errors import ConfigError
@@ -160,25 +163,79 @@ def _required(params: Mapping[str, Any], name: str) -> str:
 class ViewData:
     """The viewer's answers, read from one store through bounded queries.
 
+    Give it an open ``store`` (a bundle, a test), or the store's ``path``: then each request opens the
+    store read-only and the connection is closed once no request came for ``hold_s`` seconds, so a
+    viewer left open never keeps a fork from writing (a store's writer lets readers in between its
+    writes and waits for them to leave: see :mod:`factory.store`).
+
     Args:
         store: An open store (read-only for ``factory view``).
+        path: The store's file, opened read-only per burst of requests (instead of ``store``).
+        hold_s: With ``path``: idle seconds after which the connection is closed.
         opinions: Verifiers whose verdicts are opinions, not checks (default:
             :func:`factory.verifiers.opinion_verifiers`).
+
+    Raises:
+        ConfigError: Both or neither of ``store`` and ``path`` given.
     """
 
-    def __init__(self, store: Store, *, opinions: Sequence[str] | None = None):
+    def __init__(self, store: Store | None = None, *, path: str | Path | None = None, hold_s: float = 1.0,
+                 opinions: Sequence[str] | None = None):
+        if (store is None) == (path is None):
+            raise ConfigError("ViewData needs an open store or a store path, not both")
         if opinions is None:
             from factory.verifiers import opinion_verifiers
 
             opinions = opinion_verifiers()
-        self.store = store
-        self.browser = RunBrowser(store, opinions=opinions)
+        self.opinions = list(opinions)
+        self.path = None if path is None else Path(path)
+        self.hold_s = hold_s
+        self._store = store
+        self._lock = threading.RLock()  # one request at a time: they share the connection
+        self._closer: threading.Timer | None = None
+        self.browser = RunBrowser(store, opinions=self.opinions) if store is not None else None
         # run id -> (fingerprint, counts): counting a large run's verdicts is the slowest read, and a finished
         # run's counts never change; a run being written changes its fingerprint, which recounts it
         self._counts: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {}
 
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[RunBrowser]:
+        with self._lock:
+            if self.path is None:
+                assert self.browser is not None
+                yield self.browser
+                return
+            if self._closer is not None:
+                self._closer.cancel()
+            if self.browser is None:
+                self._store = Store.open(self.path, read_only=True)
+                self.browser = RunBrowser(self._store, opinions=self.opinions)
+            try:
+                yield self.browser
+            finally:
+                self._closer = threading.Timer(self.hold_s, self.release)
+                self._closer.daemon = True
+                self._closer.start()
+
+    def release(self) -> None:
+        """With a store path: close the connection now (the next request opens it again). Thread-safe."""
+        with self._lock:
+            if self.path is not None and self._store is not None:
+                self._store.close()
+                self._store, self.browser = None, None
+
     def run_counts(self, run_id: str) -> dict[str, Any] | None:
         """A run's row and counts (:meth:`factory.store.RunBrowser.run_counts`), recounted only when it changed."""
+        with self._reading():
+            return self._run_counts(run_id)
+
+    def corpus(self, run_id: str, *, limit: int, chars: int) -> list[dict[str, Any]]:
+        """A run's final answers and tool outputs (at most ``limit`` of each, ``chars`` characters each)."""
+        with self._reading() as browser:
+            # an empty needle matches every final answer and tool output
+            return [{**row, "text": (row["text"] or "")[:chars]} for row in browser.search(run_id, "", limit=limit)]
+
+    def _run_counts(self, run_id: str) -> dict[str, Any] | None:
         fingerprint = self.browser.run_fingerprint(run_id)
         cached = self._counts.get(run_id)
         if cached is not None and cached[0] == fingerprint:
@@ -203,7 +260,8 @@ class ViewData:
         """
         if name not in ENDPOINTS:
             raise ConfigError(f"unknown request {name!r} (known: {', '.join(ENDPOINTS)})")
-        answer = getattr(self, f"_{name}")(params)
+        with self._reading():
+            answer = getattr(self, f"_{name}")(params)
         return None if answer is None else _plain(answer)
 
     # --------------------------------------------------------------- runs
@@ -214,7 +272,7 @@ class ViewData:
         rows, total = self.browser.runs_page(limit=limit, offset=offset, status=params.get("status"),
                                              model=params.get("model"), text=params.get("q"), with_counts=False)
         for row in rows:
-            counts = self.run_counts(row["run_id"]) or {}
+            counts = self._run_counts(row["run_id"]) or {}
             row.update({key: counts.get(key, 0) for key in ("branches", "infra_failures", "verified", "passed",
                                                              "hacks", "boundary_limited")})
             row["cost_usd"] = counts.get("cost_usd")
@@ -223,7 +281,7 @@ class ViewData:
                 "filters": self.browser.run_filter_values()}
 
     def _run(self, params: Mapping[str, Any]) -> dict[str, Any] | None:
-        run = self.run_counts(_required(params, "run"))
+        run = self._run_counts(_required(params, "run"))
         if run is None:
             return None
         run["config"] = _json_cell(run.get("config"))

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
 
+from factory.errors import ConfigError
 from factory.ranking import wilson_interval
 from factory.store import Store, utc_now
 from factory.view import (
@@ -214,3 +216,20 @@ def test_run_counts_are_kept_until_the_run_changes(view_db: Path, tmp_path: Path
                                   "details": {"code": "ok"}, "created_at": utc_now()}])
         after = data.answer("run", {"run": "r1"})
         assert after["passed"] == 6 and data.answer("runs", {})["runs"][0]["passed"] == 6
+
+
+def test_a_viewer_by_path_lets_go_of_the_store_when_idle(view_db: Path, tmp_path: Path) -> None:
+    db = tmp_path / "copy.duckdb"
+    db.write_bytes(view_db.read_bytes())
+    data = ViewData(path=db, hold_s=0.2)
+    assert data.answer("run", {"run": "r1"})["branches"] == 12
+    deadline = time.monotonic() + 10
+    while data.browser is not None:  # closed by its timer once idle
+        assert time.monotonic() < deadline, "the viewer kept the store open"
+        time.sleep(0.05)
+    with Store.open(db) as writable:  # read-write in this process: refused if a read-only connection were left
+        writable.update_run("r1", status="interrupted")
+    assert data.answer("run", {"run": "r1"})["status"] == "interrupted"  # opened again, counts recounted
+    data.release()
+    with pytest.raises(ConfigError, match="not both"):
+        ViewData()

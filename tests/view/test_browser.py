@@ -49,10 +49,10 @@ def store(view_db: Path) -> Iterator[Store]:
 
 
 @pytest.fixture(scope="module")
-def server(store: Store) -> Iterator[str]:
-    """The app served by uvicorn in a thread, on a free loopback port; yields its base URL."""
+def server(view_db: Path) -> Iterator[str]:
+    """The app as `factory view` serves it (by path, under uvicorn in a thread, on a free loopback port); its URL."""
     port = free_port()
-    config = uvicorn.Config(create_app(ViewData(store)), host="127.0.0.1", port=port, log_level="warning",
+    config = uvicorn.Config(create_app(ViewData(path=view_db)), host="127.0.0.1", port=port, log_level="warning",
                             access_log=False)
     served = uvicorn.Server(config)
     thread = threading.Thread(target=served.run, daemon=True)
