@@ -12,6 +12,7 @@ where no ``chromium`` is installed (``make setup`` installs it).
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import socket
 import threading
@@ -22,6 +23,7 @@ from urllib.parse import urlparse
 
 import pytest
 
+from factory.errors import StoreLockedError
 from factory.store import Store
 from factory.view import ViewData, create_app, final_workspace, write_bundle
 
@@ -48,12 +50,11 @@ def store(view_db: Path) -> Iterator[Store]:
         yield opened
 
 
-@pytest.fixture(scope="module")
-def server(view_db: Path) -> Iterator[str]:
-    """The app as `factory view` serves it (by path, under uvicorn in a thread, on a free loopback port); its URL."""
+@contextlib.contextmanager
+def serving(data: ViewData) -> Iterator[str]:
+    """The app over ``data`` under uvicorn in a thread, on a free loopback port; yields its base URL."""
     port = free_port()
-    config = uvicorn.Config(create_app(ViewData(path=view_db)), host="127.0.0.1", port=port, log_level="warning",
-                            access_log=False)
+    config = uvicorn.Config(create_app(data), host="127.0.0.1", port=port, log_level="warning", access_log=False)
     served = uvicorn.Server(config)
     thread = threading.Thread(target=served.run, daemon=True)
     thread.start()
@@ -61,9 +62,18 @@ def server(view_db: Path) -> Iterator[str]:
     while not served.started:
         assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
         time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}/"
-    served.should_exit = True
-    thread.join(timeout=10)
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        served.should_exit = True
+        thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def server(view_db: Path) -> Iterator[str]:
+    """The app as `factory view` serves it: by path (opened read-only per burst of requests)."""
+    with serving(ViewData(path=view_db)) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -201,3 +211,33 @@ def test_static_bundle_opens_from_file_url(browser, store: Store, tmp_path: Path
     assert page.page.locator("#hits li").count() == 2
     page.page.screenshot(path=tmp_path / "bundle.png")
     page.check()
+
+
+def test_a_running_run_shows_branches_as_they_land(browser, view_db: Path, tmp_path: Path):
+    db = tmp_path / "running.duckdb"
+    db.write_bytes(view_db.read_bytes())
+    with Store.open(db) as writable:
+        writable.update_run("r1", status="running")
+    with serving(ViewData(path=db, hold_s=0.2)) as url:
+        page = Watched(browser, (url,))
+        page.page.goto(url + "#/run/r1")
+        page.page.wait_for_selector("#grid", timeout=WAIT_MS)
+        assert "live" in page.page.inner_text("h1")
+        # a branch of a new task lands, written between two of the page's refreshes (same process: retry while
+        # the viewer's read-only connection is open)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with Store.open(db) as writable:
+                    writable.write_tasks([{"run_id": "r1", "task_id": "zz-late", "task_hash": "h", "prompt": "late",
+                                           "verifiers": [], "spec": {"id": "zz-late", "prompt": "late"}}])
+                    writable.write_branches([{"run_id": "r1", "task_id": "zz-late", "branch_index": 0,
+                                              "session_id": "late-b0", "status": "ok", "final_answer": "landed"}])
+                break
+            except StoreLockedError:
+                assert time.monotonic() < deadline, "the viewer never let go of the store"
+                time.sleep(0.05)
+        page.page.wait_for_selector("#grid a:text-is('zz-late')", timeout=WAIT_MS)
+        assert "13" in page.page.locator(".stat:has(.label:text-is('branches')) .value").inner_text()
+        page.page.screenshot(path=tmp_path / "live.png")
+        page.check()

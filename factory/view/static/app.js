@@ -13,6 +13,7 @@
 
   var bundle = window.factoryBundle || null;
   var SIDE = 4; // branches side by side (ViewData's SIDE_BY_SIDE)
+  var LIVE_MS = 3000; // a running run's page refreshes this often
   var app = document.getElementById('app');
   var crumbs = document.getElementById('crumbs');
   var statusLine = document.getElementById('status');
@@ -253,7 +254,15 @@
             })));
         });
         app.textContent = '';
-        append(app, [h('h1', {text: 'Run ' + r.run_id}), summary,
+        if (r.status === 'running' && !bundle) {
+          // a run being forked: show branches as they land (counts are recounted only when the run changed)
+          var hash = location.hash;
+          setTimeout(function () {
+            var typing = document.activeElement && /INPUT|SELECT/.test(document.activeElement.tagName);
+            if (token === renderToken && location.hash === hash && !typing) route();
+          }, LIVE_MS);
+        }
+        append(app, [h('h1', {text: 'Run ' + r.run_id + (r.status === 'running' && !bundle ? ' (live: refreshes every ' + LIVE_MS / 1000 + ' s)' : '')}), summary,
           h('p', {cls: 'muted', text: 'Exports and the PNG plots of factory rank / factory power are files beside their outputs; the store does not record them. The ranking below is the stored one.'}),
           searchBox,
           h('div', {cls: 'legend'}, 'cells: ', h('span', {cls: 'cell pass', text: '0'}), ' pass ', h('span', {cls: 'cell fail', text: '0'}), ' fail ',
