@@ -208,8 +208,26 @@ def message(role: str, content: str) -> dict[str, Any]:
     return {"role": role, "content": content, "name": None, "tool_call_id": None, "tool_calls": None}
 
 
-def write_dpo_file(path: Path, pairs: int, seed: int) -> dict[str, float]:
-    """``pairs`` DPO rows in the exporter's conversational shape; returns length statistics (characters)."""
+_RUN_TOOL = json.dumps([{"type": "function", "function": {
+    "name": "run", "description": "Run a shell command in the sandbox.",
+    "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}])
+
+
+def agent_turns(rng: random.Random, final: str) -> list[dict[str, Any]]:
+    """An agent completion as the exporter writes it: a tool call, the tool's (summarised) result, the reply."""
+    call = {**message("assistant", words(rng, lognormal_chars(rng, 30, 5, 200))),
+            "tool_calls": [{"id": None, "type": "function", "function": {
+                "name": "run", "arguments": json.dumps({"command": "python -m pytest -q"})}}]}
+    return [call, {**message("tool", words(rng, lognormal_chars(rng, 150, 20, 800))), "name": "run"},
+            message("assistant", final)]
+
+
+def write_dpo_file(path: Path, pairs: int, seed: int, *, multi_turn: bool = False) -> dict[str, float]:
+    """``pairs`` DPO rows in the exporter's conversational shape; returns length statistics (characters).
+
+    With ``multi_turn``, each completion is an agent's: a tool call, its result and a final reply, so that about
+    half of each completion's tokens are the tool's (masked out of ``factory train dpo``'s loss, not TRL's).
+    """
     from factory.rollouts._agent import ANSWER_SYSTEM_PROMPT
 
     rng = random.Random(seed)
@@ -220,16 +238,20 @@ def write_dpo_file(path: Path, pairs: int, seed: int) -> dict[str, float]:
             user = f"{words(rng, lognormal_chars(rng, 50, 10, 400))}? Reply as `Final: <n>`."
             good = f"{words(rng, lognormal_chars(rng, 60, 5, 500))}\nFinal: {answer}"
             bad = f"{words(rng, lognormal_chars(rng, 60, 5, 500))}\nFinal: {answer + 1 + i % 7}"
+            chosen, rejected = ((agent_turns(rng, good), agent_turns(rng, bad)) if multi_turn
+                                else ([message("assistant", good)], [message("assistant", bad)]))
             row = {
                 "prompt": [message("system", ANSWER_SYSTEM_PROMPT), message("user", user)],
-                "chosen": [message("assistant", good)], "rejected": [message("assistant", bad)],
-                "tools": None, "margin": 1.0, "run_id": "bench-train", "task_id": f"task-{i // 4:05d}",
+                "chosen": chosen, "rejected": rejected,
+                "tools": _RUN_TOOL if multi_turn else None, "margin": 1.0, "run_id": "bench-train",
+                "task_id": f"task-{i // 4:05d}",
                 "chosen_branch": 0, "rejected_branch": 1 + i % 3, "chosen_score": 1.0, "rejected_score": 0.0,
                 "chosen_reward": 1.0, "rejected_reward": 0.0, "chosen_strength": 1.0, "rejected_strength": -1.0,
                 "verifier_versions": ["answer@1"],
             }
             handle.write(json.dumps(row, separators=(",", ":")) + "\n")
-            lengths.append(len(ANSWER_SYSTEM_PROMPT) + len(user) + max(len(good), len(bad)))
+            lengths.append(len(ANSWER_SYSTEM_PROMPT) + len(user) + max(
+                sum(len(m["content"]) for m in side) for side in (chosen, rejected)))
     lengths.sort()
     return {"median": lengths[len(lengths) // 2], "p90": lengths[int(len(lengths) * 0.9)], "max": lengths[-1]}
 
@@ -242,7 +264,8 @@ def token_lengths(model_dir: Path, data: Path, max_length: int) -> dict[str, flo
     counts = []
     for line in data.read_text(encoding="utf-8").splitlines():
         row = json.loads(line)
-        counts.append(max(len(tokenizer.apply_chat_template(row["prompt"] + row[side], tokenize=True,
+        tools = json.loads(row["tools"]) if row.get("tools") else None
+        counts.append(max(len(tokenizer.apply_chat_template(row["prompt"] + row[side], tools=tools, tokenize=True,
                                                             return_dict=True)["input_ids"])
                           for side in ("chosen", "rejected")))
     counts.sort()
@@ -320,7 +343,7 @@ def run_side(side: str, args: argparse.Namespace, data: Path, model: Path, work:
 def config_differences(ours: dict[str, Any], theirs: dict[str, Any]) -> list[str]:
     diffs = []
     for key in sorted(set(ours) | set(theirs)):
-        if key in PATH_KEYS or key.startswith(("lora_", "merge_adapter", "resume", "use_lora")):
+        if key in PATH_KEYS or key.startswith(("lora_", "merge_adapter", "resume", "use_lora", "allow_unmasked")):
             continue
         a, b = ours.get(key, "<absent>"), theirs.get(key, "<absent>")
         if json.dumps(a, default=str, sort_keys=True) != json.dumps(b, default=str, sort_keys=True):
@@ -415,6 +438,9 @@ def main() -> None:
     parser.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up pair")
     parser.add_argument("--profile", action="store_true", help="also profile one run of each side (cProfile)")
     parser.add_argument("--quick", action="store_true", help="smoke run: 8 steps, 1 repeat, no warm-up")
+    parser.add_argument("--multi-turn", action="store_true",
+                        help="agent rows (tool call, tool result, reply): factory masks the tool's tokens out of the "
+                             "loss, the plain TRL script does not, so the ratio is the masking's overhead")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON document at the end")
     # The baseline child (this file as a plain TRL script):
     parser.add_argument("--baseline-child", action="store_true", help=argparse.SUPPRESS)
@@ -451,7 +477,7 @@ def bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     config = json.loads((model / "config.json").read_text())
     params = sum(math.prod(shape) for shape in _safetensor_shapes(model / "model.safetensors"))
     data = work / "dpo.jsonl"
-    chars = write_dpo_file(data, args.pairs, args.seed)
+    chars = write_dpo_file(data, args.pairs, args.seed, multi_turn=args.multi_turn)
     tokens = token_lengths(model, data, args.max_length)
     check = subprocess.run([sys.executable, "-m", "factory.cli", "export", "validate", str(data), "--format", "dpo"],
                            capture_output=True, text=True, env=child_env(args, work))
@@ -528,10 +554,11 @@ def bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         m = medians[key]
         return fmt.format(m["factory"]), fmt.format(m["baseline"]), f"{m['ratio']:.3f}x"
 
-    record("train", "dpo steps/s (median)", *fig("steps_per_second", "{:.2f}"), ">= 0.95x", speed_ok)
-    record("train", "dpo peak RSS MiB (median)", *fig("peak_rss_mb", "{:.0f}"), "<= 1.05x", memory_ok)
-    record("train", "dpo process wall (median)", *fig("wall", "{:.1f} s"))
-    record("train", "dpo trainer.train() (median)", *fig("train_seconds", "{:.2f} s"))
+    label = "dpo multi-turn, masked vs TRL unmasked," if args.multi_turn else "dpo"
+    record("train", f"{label} steps/s (median)", *fig("steps_per_second", "{:.2f}"), ">= 0.95x", speed_ok)
+    record("train", f"{label} peak RSS MiB (median)", *fig("peak_rss_mb", "{:.0f}"), "<= 1.05x", memory_ok)
+    record("train", f"{label} process wall (median)", *fig("wall", "{:.1f} s"))
+    record("train", f"{label} trainer.train() (median)", *fig("train_seconds", "{:.2f} s"))
 
     profile: dict[str, Any] = {}
     if args.profile:

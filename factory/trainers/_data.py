@@ -93,6 +93,38 @@ def _read_manifest(path: Path) -> ExportManifest:
         raise ConfigError(f"{path}: {exc}") from exc
 
 
+# The columns that tell one format a trainer reads from another, where a file comes without its manifest.
+_TELLING_COLUMNS = {"reward": {"chosen", "rejected"}, "reward-scalar": {"completion", "reward"}}
+
+
+def _first_row_columns(path: Path, kind: str) -> set[str]:
+    """The column names of ``path``'s first row (empty where it cannot be read: validation says why)."""
+    try:
+        if kind == "parquet":
+            import pyarrow.parquet as pq
+
+            return set(pq.read_schema(path).names)
+        with path.open(encoding="utf-8") as handle:
+            for line in handle:
+                if line.strip():
+                    row = json.loads(line)
+                    return set(row) if isinstance(row, dict) else set()
+    except (OSError, ValueError, ImportError):
+        pass
+    return set()
+
+
+def _format_by_columns(path: Path, kind: str, expected: tuple[str, ...]) -> str:
+    """Which of ``expected`` a file without a manifest follows, told by its columns (the first, where none tells)."""
+    if len(expected) > 1:
+        columns = _first_row_columns(path, kind)
+        for fmt in expected:
+            telling = _TELLING_COLUMNS.get(fmt)
+            if telling and telling <= columns:
+                return fmt
+    return expected[0]
+
+
 def load_training_data(path: str | Path, expected: str | tuple[str, ...]) -> TrainingData:
     """Validate and load an export file for a trainer.
 
@@ -118,7 +150,7 @@ def load_training_data(path: str | Path, expected: str | tuple[str, ...]) -> Tra
                               f"{' or '.join(repr(e) for e in expected)}")
         recorded = manifest.file_sha256 if tag is None else manifest.files[tag].sha256
     else:
-        fmt, recorded = expected[0], None
+        fmt, recorded = _format_by_columns(path, kind, expected), None
         warnings.append(f"{path}: no export manifest beside it; provenance (dataset hash, runs) is not recorded")
     validate_file(path, fmt)
     digest = "sha256:" + file_sha256(path)  # the manifest's spelling

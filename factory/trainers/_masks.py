@@ -164,6 +164,8 @@ def _add_masks(dataset: Any, tokenizer: Any, template: str, columns: dict[str, s
                                        index)
                 for column, mask in columns.items()}
 
+    if not len(dataset):  # TRL dropped every row for length: the trainer says so, not a missing column
+        return dataset
     return dataset.map(add, with_indices=True, desc="Marking the assistant's tokens")
 
 
@@ -176,6 +178,8 @@ def mask_counts(dataset: Any, columns: dict[str, str]) -> dict[str, int]:
     """Completion tokens and those in the loss, over every completion of ``dataset``."""
     total = kept = 0
     for mask in columns.values():
+        if mask not in dataset.column_names:  # no rows left
+            continue
         for row in dataset[mask]:
             total += len(row)
             kept += sum(row)
@@ -289,7 +293,7 @@ class AssistantOnlyKTOTrainer(trl.KTOTrainer):
         dataset = super()._prepare_dataset(dataset, processing_class, args, dataset_name)
         dataset = _add_masks(dataset, self._tokenizer, self._loss_template, _MASK_COLUMNS["kto"],
                              lambda column: f"{column}_ids")
-        if "KL_completion_ids" in dataset.column_names:
+        if "KL_completion_ids" in dataset.column_names and "completion_loss_mask" in dataset.column_names:
             # TRL pairs each prompt with its batch neighbour's completion (a rotation by one within batches of
             # per_device_train_batch_size); the marks rotate the same way, so they stay with their tokens.
             def rotate(batch: dict[str, list]) -> dict[str, list]:

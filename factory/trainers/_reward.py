@@ -49,16 +49,20 @@ class RewardConfig(TrainerSettings, trl.RewardConfig):
         super().__post_init__()
 
 
-def load_reward_model(source: PolicySource) -> tuple[Any, Any]:
+def load_reward_model(source: PolicySource, *, dtype: Any = None) -> tuple[Any, Any]:
     """The policy's backbone under a fresh one-output scoring head, and its tokenizer.
 
     Loading the causal LM first and moving its weights over works for every source the policy loader reads
     (folders, hub ids, GGUF files); only the head (``score``) starts from random.
+
+    Args:
+        source: The policy.
+        dtype: The dtype to load in (see :func:`~factory.trainers._models.load_policy`).
     """
     import torch
     from transformers import AutoModelForSequenceClassification
 
-    causal, tokenizer = load_policy(source)
+    causal, tokenizer = load_policy(source, dtype=dtype)
     config = causal.config
     config.num_labels = 1
     config.pad_token_id = tokenizer.pad_token_id

@@ -22,6 +22,13 @@ from typing import TYPE_CHECKING, Any
 from factory.errors import ConfigError
 from factory.outputs import refuse_protected, write_output
 from factory.trainers._data import TrainingData, load_training_data
+from factory.trainers._precision import (
+    MOVED_WARNING_SHARE,
+    MovementProbe,
+    compute_dtype,
+    keep_float32_master_weights,
+    weight_dtypes,
+)
 
 if TYPE_CHECKING:
     from factory.trainers._models import PolicySource
@@ -227,7 +234,9 @@ def run_training(name: str, config: Any, formats: str | tuple[str, ...], build_t
         config: The trainer's ``XConfig`` (a TRL config with :class:`TrainerSettings`).
         formats: The export format(s) this trainer reads.
         build_trainer: ``(config, model, tokenizer, data) -> trainer``; the model is already LoRA-wrapped if asked.
-        load_model: Loads the policy from its source (default: a causal LM and its tokenizer).
+        load_model: Loads the policy from its source (default: a causal LM and its tokenizer); for full fine-tuning
+            it is called with ``dtype="float32"`` (float32 master weights; one that loads in half precision anyway
+            is upcast), with LoRA without a dtype (the device's default for the frozen base).
         lora_task_type: peft's task type for ``--lora`` (``SEQ_CLS`` for a reward model).
         data: Data already loaded (a trainer that had to look at it first); else loaded from ``config.data_file``.
         extra_metrics: Figures the trainer adds to the result's metrics (or a function read after training).
@@ -252,15 +261,31 @@ def run_training(name: str, config: Any, formats: str | tuple[str, ...], build_t
         if resume_from is None:
             raise ConfigError(f"--resume: no checkpoint-N folder in {output_dir} (checkpoints need --save-steps)")
     source = resolve_policy(config.model_name_or_path)
-    model, tokenizer = (load_model or load_policy)(source)
+    load = load_model or load_policy
+    # Full fine-tuning keeps float32 master weights (bf16 compute comes from autocast); LoRA's frozen base loads in
+    # the device's default dtype and peft keeps the adapters in float32.
+    model, tokenizer = load(source) if config.use_lora else load(source, dtype="float32")
+    loaded = weight_dtypes(model)["trainable"]
+    upcast = None if config.use_lora else keep_float32_master_weights(model)
     if config.use_lora:
         model = apply_lora(model, r=config.lora_r, alpha=config.lora_alpha, dropout=config.lora_dropout,
                            target_modules=config.lora_target_modules, task_type=lora_task_type)
     trainer = build_trainer(config, model, tokenizer, data)
     _check_length_drops(trainer, data, config)
+    probe = MovementProbe(trainer.model, seed=int(config.seed))
+    precision = {"loaded_dtype": loaded, "upcast_from": upcast, **{f"{k}_dtype": v for k, v in
+                                                                  weight_dtypes(trainer.model).items()},
+                 "compute_dtype": compute_dtype(config), "trainable_elements": probe.total,
+                 "sampled_elements": probe.sampled}
     started = time.perf_counter()
     output = trainer.train(resume_from_checkpoint=resume_from)
     seconds = time.perf_counter() - started
+    precision["moved_share"] = probe.moved_share(trainer.model)
+    if precision["moved_share"] is not None and trainer.state.global_step > 0 and (
+            precision["moved_share"] < MOVED_WARNING_SHARE):
+        data.warnings.append(f"only {precision['moved_share']:.1%} of the trainable elements changed in training "
+                             f"(weights {precision['trainable_dtype']}): updates smaller than the weights' "
+                             "precision are lost; train float32 weights or raise the learning rate")
     main_process = trainer.is_world_process_zero()
     paths: dict[str, str] = {}
     if main_process:  # under accelerate every process holds the model; one writes it
@@ -268,6 +293,7 @@ def run_training(name: str, config: Any, formats: str | tuple[str, ...], build_t
                             merge=config.merge_adapter)
     history = _json_safe(list(trainer.state.log_history))
     metrics = _json_safe({**_summary(history, dict(output.metrics), int(trainer.state.global_step), seconds),
+                          "precision": precision,
                           **((extra_metrics() if callable(extra_metrics) else extra_metrics) or {})})
     provenance = {
         "data": data.provenance(),
