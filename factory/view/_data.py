@@ -182,7 +182,7 @@ class ViewData:
     def __init__(self, store: Store | None = None, *, path: str | Path | None = None, hold_s: float = 1.0,
                  opinions: Sequence[str] | None = None):
         if (store is None) == (path is None):
-            raise ConfigError("ViewData needs an open store or a store path, not both")
+            raise ConfigError("ViewData needs exactly one of an open store or a store path (not both, not neither)")
         if opinions is None:
             from factory.verifiers import opinion_verifiers
 
