@@ -5,7 +5,10 @@ Four benchmarks, each against a baseline measured in the same run:
 1. ``overhead``: answer-only tasks x 8 branches through ``RolloutForkRunner``
    with a zero-delay ``replay:`` model, sandbox ``none`` and a DuckDB store,
    against a bare ``asyncio.gather`` of the same replay ``chat`` calls.
-   Goals: >= 1,000 branches/s and >= 50% of the baseline.
+   Goals: >= 1,000 branches/s and >= 50% of the baseline. ``--watch S``
+   also runs a reader process opening the store read-only every S seconds
+   while the fork writes it (``factory runs`` does the same), and says how
+   many of its looks got in and what they cost the run.
 2. ``sandbox``: median/p90 ms to start a branch sandbox, run
    ``python3 -c pass`` and close it (bwrap, none), against bare
    ``subprocess.run`` and bare ``unshare --net --pid --fork``.
@@ -24,7 +27,7 @@ another's memory, garbage or event-loop state (``--same-process`` to opt out);
 Every ``python3`` is the interpreter running this script (first on PATH), so
 all sandbox-start rows start the same program.
 
-Usage: python bench/bench_fork.py [--only overhead,sandbox,concurrency,local] [--quick]
+Usage: python bench/bench_fork.py [--only overhead,sandbox,concurrency,local] [--quick] [--watch S]
 """
 
 from __future__ import annotations
@@ -101,9 +104,28 @@ def pct(values: Sequence[float], q: float) -> float:
 # ------------------------------------------------------------------ 1. overhead
 
 
-def bench_overhead(n_tasks: int, branches: int, concurrency: int) -> None:
+#: A reader in its own process: every ARGV[2] s, open the store ARGV[1] read-only, count branches, close.
+WATCHER = """
+import sys, time
+from pathlib import Path
+from factory.store import Store
+db, every = Path(sys.argv[1]), float(sys.argv[2])
+while True:
+    time.sleep(every)
+    start = time.perf_counter()
+    try:
+        with Store.open(db, read_only=True) as store:
+            n = store.query("SELECT count(*) FROM branches").item()
+        print(f"ok {n} {time.perf_counter() - start:.4f}", flush=True)
+    except Exception as exc:
+        print(f"fail {type(exc).__name__}", flush=True)
+"""
+
+
+def bench_overhead(n_tasks: int, branches: int, concurrency: int, watch_s: float | None = None) -> None:
+    watched = f", a reader process every {watch_s:g} s" if watch_s else ""
     print(f"\n[1] orchestration overhead: {n_tasks:,} answer-only tasks x {branches} branches, "
-          f"replay model (0 delay), sandbox none, concurrency {concurrency}, DuckDB store; "
+          f"replay model (0 delay), sandbox none, concurrency {concurrency}, DuckDB store{watched}; "
           f"workspaces and store under {tempfile.gettempdir()}")
     tasks = answer_tasks(n_tasks)
     total = n_tasks * branches
@@ -131,10 +153,18 @@ def bench_overhead(n_tasks: int, branches: int, concurrency: int) -> None:
         base_rate = total / base_s
 
         with Store.open(Path(tmp) / "bench.duckdb") as store:
+            watcher = None
+            if watch_s:
+                watcher = subprocess.Popen([sys.executable, "-c", WATCHER, str(store.path), str(watch_s)],
+                                           stdout=subprocess.PIPE, text=True)
+                time.sleep(2.0)  # its imports, before the run starts
             runner = TimedRunner(model, store, config)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", NoSandboxWarning)
                 run_s, results = asyncio.run(drive(runner, tasks))
+            if watcher is not None:
+                watcher.terminate()
+                looks = [line.split() for line in watcher.communicate(timeout=60)[0].splitlines()]
             counts = store.query(
                 "SELECT (SELECT count(*) FROM branches WHERE run_id = $r) AS branches, "
                 "(SELECT count(*) FROM branches WHERE run_id = $r AND status = 'ok') AS ok, "
@@ -150,6 +180,15 @@ def bench_overhead(n_tasks: int, branches: int, concurrency: int) -> None:
     print(f"    store     {n_rows:,} branch rows ({n_ok:,} ok), {n_events:,} events; "
           f"{runner.flushes} flushes took {runner.flush_s:.3f} s in a worker thread "
           f"({runner.flush_s / run_s:.0%} of the run)  [expect exactly {total:,} rows: {verdict(stored_ok)}]")
+    if watch_s:
+        got_in = [look for look in looks if look[0] == "ok"]
+        waits = [float(look[2]) * 1000 for look in got_in]
+        seen = sorted({int(look[1]) for look in got_in})
+        timing = f" (open+read median {statistics.median(waits):.0f} ms, p90 {pct(waits, 0.9):.0f} ms)" if waits else ""
+        print(f"    watched   {len(got_in)}/{len(looks)} reader looks got in{timing}, "
+              f"{len(seen)} distinct branch counts seen")
+        record("overhead", "reader looks that got in", f"{len(got_in)}/{len(looks)}", "", "", "all",
+               bool(looks) and len(got_in) == len(looks))
     record("overhead", "branches/s (runner)", f"{rate:,.0f}", "", "", ">= 1,000/s", rate >= 1000)
     record("overhead", "runner / bare gather", f"{rate:,.0f}/s", f"{base_rate:,.0f}/s", f"{rate / base_rate:.1%}",
            ">= 50%", rate / base_rate >= 0.5)
@@ -385,6 +424,8 @@ def main() -> None:
     parser.add_argument("--only", default=",".join(NAMES), help=f"comma list of: {', '.join(NAMES)}")
     parser.add_argument("--quick", action="store_true", help="smaller sizes (a smoke run)")
     parser.add_argument("--tasks", type=int, default=None, help="overhead: answer-only tasks (default 1000)")
+    parser.add_argument("--watch", type=float, default=None, metavar="S",
+                        help="overhead: a reader process opens the store every S seconds during the run")
     parser.add_argument("--runs", type=int, default=None, help="sandbox: runs per backend (default 30)")
     parser.add_argument("--ballast-mb", type=int, default=300,
                         help="sandbox: also time starts with this much more memory held (0: skip)")
@@ -425,7 +466,7 @@ def main() -> None:
             run_isolated(name, passed)
     else:
         if "overhead" in chosen:
-            bench_overhead(args.tasks or (100 if args.quick else 1000), 8, 64)
+            bench_overhead(args.tasks or (100 if args.quick else 1000), 8, 64, args.watch)
         if "sandbox" in chosen:
             bench_sandbox(args.runs or (10 if args.quick else 30), args.ballast_mb)
         if "concurrency" in chosen:

@@ -5,8 +5,11 @@ table with a natural key is written with ``INSERT OR REPLACE``, and a branch's
 events are replaced as a set in the same transaction as its branch row, so
 writing a (run, task, branch) again replaces it and never duplicates it.
 
-DuckDB lets one process hold a file read-write; a second writer gets
-:class:`~factory.errors.StoreLockedError` naming the holder, not a corrupt file.
+One writer at a time: a second one gets :class:`~factory.errors.StoreLockedError`
+naming the holder, not a corrupt file. Readers get in while a writer works (a
+fork being watched): the writer takes a writer lock of its own beside the file
+and lets go of DuckDB's between operations when a reader asks, and a reader
+retries for a while (see :mod:`factory.store._sharing`).
 
 A read-only store is sealed: besides DuckDB's ``access_mode=read_only``, its
 connection has external access off (no file but the store is read or written:
@@ -28,6 +31,8 @@ import json
 import os
 import re
 import threading
+import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -42,8 +47,15 @@ from factory.provenance import content_hash
 from factory.settings import default_db_path
 from factory.store import _queries as queries
 from factory.store._migrations import MIGRATIONS, Migration, applied_migrations, migrate
+from factory.store._sharing import PAUSE_GAP_S, WATCH_INTERVAL_S, WriterLock, ask_writer
 
 __all__ = ["Rows", "Store", "utc_now"]
+
+#: Seconds :meth:`Store.open` waits for DuckDB's lock: for a writer to let a reader in, or for readers to leave.
+OPEN_WAIT_S = 10.0
+#: Seconds a writer that let readers in waits for them to leave before its next operation (a slow
+#: query must not stop a run).
+REOPEN_WAIT_S = 120.0
 
 #: Rows accepted by the write methods: mappings, or a ready Polars/Arrow table
 #: whose JSON columns already hold JSON text.
@@ -62,11 +74,12 @@ def utc_now() -> datetime:
 
 
 def _locked(method: Callable[..., T]) -> Callable[..., T]:
-    """Serialize calls on one store: a DuckDB connection is not safe to share between threads."""
+    """Serialize calls on one store (a DuckDB connection is not safe to share between threads), connected."""
 
     @functools.wraps(method)
     def wrapper(self: Store, *args: Any, **kwargs: Any) -> T:
         with self._lock:
+            self._connect_again()
             return method(self, *args, **kwargs)
 
     return wrapper
@@ -90,25 +103,58 @@ _SEALED_SETTINGS: dict[str, bool] = {
 _QUERY_STATEMENTS = ("SELECT",)
 
 
-def _connect(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
-    try:
-        return duckdb.connect(str(path), read_only=read_only, config=dict(_SEALED_SETTINGS) if read_only else {})
-    except duckdb.IOException as exc:
-        text = str(exc)
-        if "lock" in text.lower():
-            pid = re.search(r"PID (\d+)", text)
-            holder = f" (PID {pid.group(1)})" if pid else ""
+def _connect(path: Path, read_only: bool, wait_s: float) -> duckdb.DuckDBPyConnection:
+    """Connect, retrying for up to ``wait_s`` while another process holds DuckDB's lock.
+
+    A reader asks the writer to let it in on each refusal; a writer waits for
+    the readers inside to leave.
+    """
+    deadline = time.monotonic() + wait_s
+    delay = 0.005
+    while True:
+        try:
+            return duckdb.connect(str(path), read_only=read_only, config=dict(_SEALED_SETTINGS) if read_only else {})
+        except duckdb.IOException as exc:
+            text = str(exc)
+            if "lock" not in text.lower():
+                raise StoreError(f"cannot open {path}: {_first_line(exc)}") from exc
+            if time.monotonic() + delay > deadline:
+                pid = re.search(r"PID (\d+)", text)
+                holder = f" (PID {pid.group(1)})" if pid else ""
+                if read_only:
+                    raise StoreLockedError(
+                        f"{path} is open for writing by another process{holder}, which did not let readers in "
+                        f"within {wait_s:g} s; DuckDB allows one writer at a time — wait for it to finish, or "
+                        "use another --db"
+                    ) from exc
+                raise StoreLockedError(
+                    f"{path} is held by another process{holder} (a reader, or a writer that is not a factory "
+                    f"store) for over {wait_s:g} s; DuckDB allows one writer at a time — wait for it to "
+                    "finish, or use another --db"
+                ) from exc
+            if read_only:
+                ask_writer(path)
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
+        except duckdb.ConnectionException as exc:
             raise StoreLockedError(
-                f"{path} is open for writing by another process{holder}; DuckDB allows one writer "
-                "at a time — wait for it to finish, or use another --db"
+                f"{path} is already open in this process in another mode: {_first_line(exc)}"
             ) from exc
-        raise StoreError(f"cannot open {path}: {_first_line(exc)}") from exc
-    except duckdb.ConnectionException as exc:
-        raise StoreLockedError(
-            f"{path} is already open in this process in another mode: {_first_line(exc)}"
-        ) from exc
-    except duckdb.Error as exc:
-        raise StoreError(f"cannot open {path}: {_first_line(exc)}") from exc
+        except duckdb.Error as exc:
+            raise StoreError(f"cannot open {path}: {_first_line(exc)}") from exc
+
+
+def _watch_for_readers(ref: weakref.ref[Store], stop: threading.Event, writer: WriterLock) -> None:
+    """A writer's watcher thread: let readers in when they ask (at most once a gap), until the store closes."""
+    last = float("-inf")
+    while not stop.wait(WATCH_INTERVAL_S):
+        store = ref()
+        if store is None:  # dropped unclosed
+            return
+        if time.monotonic() - last >= PAUSE_GAP_S and writer.requested():
+            store._let_readers_in()
+            last = time.monotonic()
+        del store
 
 
 class Store:
@@ -122,13 +168,21 @@ class Store:
         read_only: Whether the connection is read-only.
     """
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, path: Path, read_only: bool):
-        self._con = con
+    def __init__(self, con: duckdb.DuckDBPyConnection, path: Path, read_only: bool,
+                 writer: WriterLock | None = None):
+        self._con: duckdb.DuckDBPyConnection | None = con  # None while readers are let in
         self._lock = threading.RLock()
         self._depth = 0  # open transaction blocks (see _Transaction)
+        self._closed = False
         self.path = path
         self.read_only = read_only
         self._columns = self._load_columns()
+        self._writer = writer
+        self._stop_watching = threading.Event()
+        if writer is not None:
+            threading.Thread(target=_watch_for_readers, args=(weakref.ref(self), self._stop_watching, writer),
+                             name=f"factory-store-readers:{path.name}", daemon=True).start()
+            weakref.finalize(self, writer.release)  # dropped unclosed, or at exit: no sidecar left behind
 
     @classmethod
     def open(
@@ -138,6 +192,7 @@ class Store:
         read_only: bool = False,
         create: bool = True,
         migrations: tuple[Migration, ...] = MIGRATIONS,
+        wait_s: float = OPEN_WAIT_S,
     ) -> Store:
         """Open (and, read-write, create and migrate) a store.
 
@@ -150,11 +205,15 @@ class Store:
                 mistyped path is an error rather than a new empty store.
             migrations: The schema to migrate to (tests pass a prefix to build
                 a database as an older version wrote it).
+            wait_s: How long to wait for DuckDB's lock: read-only, for a writer
+                to let readers in (it does between operations when asked);
+                read-write, for readers inside to leave.
 
         Raises:
             StoreNotFoundError: There is no file, and read-only or not ``create``.
             StoreError: Read-write, and its folder cannot be written in (or does not exist).
-            StoreLockedError: Another process is writing to the file.
+            StoreLockedError: Read-write, another store is writing to the file (at
+                once); either way, DuckDB's lock stayed taken for ``wait_s``.
             MigrationError: The schema cannot be brought up to date.
         """
         db = Path(path) if path is not None else default_db_path()
@@ -166,19 +225,51 @@ class Store:
             # DuckDB writes its write-ahead log beside the file: the first write would fail at COMMIT.
             raise StoreError(f"cannot write to {db}: its folder {db.parent} is not writable, and DuckDB keeps a "
                              "write-ahead log beside the store (copy the store to a writable folder)")
-        con = _connect(db, read_only)
+        writer = None if read_only else WriterLock.acquire(db)
         try:
-            if not read_only:
-                migrate(con, migrations)
+            con = _connect(db, read_only, wait_s)
+            try:
+                if not read_only:
+                    migrate(con, migrations)
+            except BaseException:
+                con.close()
+                raise
         except BaseException:
-            con.close()
+            if writer is not None:
+                writer.release()
             raise
-        return cls(con, db, read_only)
+        return cls(con, db, read_only, writer)
 
-    @_locked
     def close(self) -> None:
         """Close the connection (releasing the write lock). Safe to call twice; thread-safe like every method."""
-        self._con.close()
+        with self._lock:
+            self._closed = True
+            self._stop_watching.set()
+            if self._con is not None:
+                self._con.close()
+                self._con = None
+            if self._writer is not None:
+                self._writer.release()
+
+    def _let_readers_in(self) -> None:
+        """Close the connection between operations (every write committed) so readers waiting can open the file."""
+        with self._lock:
+            if self._writer is None or self._closed:
+                return
+            self._writer.clear()
+            if self._con is not None and self._depth == 0:
+                self._con.close()
+                self._con = None
+
+    def _connect_again(self) -> None:
+        """Open the connection again if it was closed to let readers in (waiting for them to leave)."""
+        if self._con is not None:
+            return
+        if self._closed:
+            raise StoreError(f"{self.path} is closed")
+        self._con = _connect(self.path, self.read_only, REOPEN_WAIT_S)
+        if self._writer is not None:
+            self._writer.clear()  # readers who asked while it was closed are in, or will ask again
 
     def __enter__(self) -> Store:
         return self
@@ -252,8 +343,10 @@ class Store:
     def transaction(self) -> Iterator[None]:
         """Group several writes into one atomic, thread-exclusive transaction."""
         self._check_writable()
-        with self._lock, self._transaction():
-            yield
+        with self._lock:
+            self._connect_again()
+            with self._transaction():
+                yield
 
     def _check_writable(self) -> None:
         if self.read_only:
