@@ -132,7 +132,7 @@ def fit_prompts(dataset: Any, tokenizer: Any, completions: tuple[str, ...], *, m
     from trl.data_utils import is_conversational
 
     rows = len(dataset)
-    if rows == 0:
+    if rows == 0 or "prompt" not in dataset.column_names:  # no rows, or TRL's implicit prompts: nothing to cut here
         return dataset, PromptFit(max_length or context or 0, "option" if max_length else "data", context, 0)
     conversational = is_conversational(dataset[0])
     prompt_lengths: list[int] = []
