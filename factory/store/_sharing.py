@@ -17,6 +17,10 @@ be readable, so the store file is shared in turns:
   reader sees whole batches or none) and opens it again at its next
   operation, waiting for the readers then inside to leave. It pauses so at
   most once every :data:`PAUSE_GAP_S`.
+- While a writer waits for readers to leave it says so in the sidecar (its
+  status byte, after the PID line); a read-only store left open (a server, a
+  notebook) watches that byte and closes its connection between operations,
+  opening it again, asking, at its next one. So no reader holds a writer off.
 
 So nobody pays for sharing until someone reads: a writer that is not watched
 holds its connection like any other, and a watched one reopens at most once per
@@ -32,7 +36,7 @@ from pathlib import Path
 
 from factory.errors import StoreError, StoreLockedError
 
-__all__ = ["PAUSE_GAP_S", "WATCH_INTERVAL_S", "WriterLock", "ask_writer"]
+__all__ = ["PAUSE_GAP_S", "WATCH_INTERVAL_S", "WriterLock", "ask_writer", "writer_waiting"]
 
 #: How often a writer looks whether a reader asked to get in.
 WATCH_INTERVAL_S = 0.05
@@ -50,6 +54,23 @@ def lock_path(db: Path) -> Path:
 def _read_pid(fd: int) -> int | None:
     head = os.pread(fd, 32, 0).split(b"\n", 1)[0]
     return int(head) if head.isdigit() else None
+
+
+def writer_waiting(db: Path) -> bool:
+    """Whether the writer of ``db`` is waiting for readers to leave (False where there is no writer of ours)."""
+    try:
+        fd = os.open(lock_path(db), os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        head = os.pread(fd, 40, 0)
+    finally:
+        os.close(fd)
+    line, _, rest = head.partition(b"\n")
+    return line.isdigit() and rest[:1] == _WAITING
+
+
+_WAITING, _HOLDING = b"w", b"-"
 
 
 def ask_writer(db: Path) -> None:
@@ -71,7 +92,7 @@ class WriterLock:
 
     def __init__(self, fd: int, path: Path, header: int):
         self._fd: int | None = fd
-        self._header = header  # bytes of the PID line; anything after it is a reader's request
+        self._header = header  # the PID line and the status byte; anything after them is a reader's request
         self.path = path
 
     @classmethod
@@ -106,10 +127,15 @@ class WriterLock:
             if current:
                 break
             os.close(fd)
-        header = f"{os.getpid()}\n".encode()
+        header = f"{os.getpid()}\n".encode() + _HOLDING
         os.ftruncate(fd, 0)  # a dead writer's PID and readers' requests
         os.pwrite(fd, header, 0)
         return cls(fd, path, len(header))
+
+    def waiting(self, flag: bool) -> None:
+        """Say (or stop saying) that this writer waits for the readers inside to leave."""
+        if self._fd is not None:
+            os.pwrite(self._fd, _WAITING if flag else _HOLDING, self._header - 1)
 
     def requested(self) -> bool:
         """Whether a reader asked to get in since the last :meth:`clear`."""

@@ -8,8 +8,9 @@ writing a (run, task, branch) again replaces it and never duplicates it.
 One writer at a time: a second one gets :class:`~factory.errors.StoreLockedError`
 naming the holder, not a corrupt file. Readers get in while a writer works (a
 fork being watched): the writer takes a writer lock of its own beside the file
-and lets go of DuckDB's between operations when a reader asks, and a reader
-retries for a while (see :mod:`factory.store._sharing`).
+and lets go of DuckDB's between operations when a reader asks, a reader
+retries for a while, and a reader left open steps aside while the writer
+waits to go on (see :mod:`factory.store._sharing`).
 
 A read-only store is sealed: besides DuckDB's ``access_mode=read_only``, its
 connection has external access off (no file but the store is read or written:
@@ -47,7 +48,7 @@ from factory.provenance import content_hash
 from factory.settings import default_db_path
 from factory.store import _queries as queries
 from factory.store._migrations import MIGRATIONS, Migration, applied_migrations, migrate
-from factory.store._sharing import PAUSE_GAP_S, WATCH_INTERVAL_S, WriterLock, ask_writer
+from factory.store._sharing import PAUSE_GAP_S, WATCH_INTERVAL_S, WriterLock, ask_writer, writer_waiting
 
 __all__ = ["Rows", "Store", "utc_now"]
 
@@ -103,12 +104,22 @@ _SEALED_SETTINGS: dict[str, bool] = {
 _QUERY_STATEMENTS = ("SELECT",)
 
 
-def _connect(path: Path, read_only: bool, wait_s: float) -> duckdb.DuckDBPyConnection:
+def _connect(path: Path, read_only: bool, wait_s: float, writer: WriterLock | None = None
+             ) -> duckdb.DuckDBPyConnection:
     """Connect, retrying for up to ``wait_s`` while another process holds DuckDB's lock.
 
-    A reader asks the writer to let it in on each refusal; a writer waits for
-    the readers inside to leave.
+    A reader asks the writer to let it in on each refusal; a writer says it
+    waits (readers left open step aside) until the readers inside leave.
     """
+    try:
+        return _connect_waiting(path, read_only, wait_s, writer)
+    finally:
+        if writer is not None:
+            writer.waiting(False)
+
+
+def _connect_waiting(path: Path, read_only: bool, wait_s: float, writer: WriterLock | None
+                     ) -> duckdb.DuckDBPyConnection:
     deadline = time.monotonic() + wait_s
     delay = 0.005
     while True:
@@ -134,6 +145,8 @@ def _connect(path: Path, read_only: bool, wait_s: float) -> duckdb.DuckDBPyConne
                 ) from exc
             if read_only:
                 ask_writer(path)
+            elif writer is not None:
+                writer.waiting(True)
             time.sleep(delay)
             delay = min(delay * 2, 0.1)
         except duckdb.ConnectionException as exc:
@@ -152,8 +165,19 @@ def _watch_for_readers(ref: weakref.ref[Store], stop: threading.Event, writer: W
         if store is None:  # dropped unclosed
             return
         if time.monotonic() - last >= PAUSE_GAP_S and writer.requested():
-            store._let_readers_in()
+            store._let_go()
             last = time.monotonic()
+        del store
+
+
+def _watch_for_writer(ref: weakref.ref[Store], stop: threading.Event, path: Path) -> None:
+    """A read-only store's watcher thread: step aside when a writer waits for readers to leave."""
+    while not stop.wait(WATCH_INTERVAL_S):
+        store = ref()
+        if store is None:
+            return
+        if writer_waiting(path):
+            store._let_go()
         del store
 
 
@@ -183,6 +207,9 @@ class Store:
             threading.Thread(target=_watch_for_readers, args=(weakref.ref(self), self._stop_watching, writer),
                              name=f"factory-store-readers:{path.name}", daemon=True).start()
             weakref.finalize(self, writer.release)  # dropped unclosed, or at exit: no sidecar left behind
+        elif read_only:
+            threading.Thread(target=_watch_for_writer, args=(weakref.ref(self), self._stop_watching, path),
+                             name=f"factory-store-writer:{path.name}", daemon=True).start()
 
     @classmethod
     def open(
@@ -227,7 +254,7 @@ class Store:
                              "write-ahead log beside the store (copy the store to a writable folder)")
         writer = None if read_only else WriterLock.acquire(db)
         try:
-            con = _connect(db, read_only, wait_s)
+            con = _connect(db, read_only, wait_s, writer)
             try:
                 if not read_only:
                     migrate(con, migrations)
@@ -251,23 +278,25 @@ class Store:
             if self._writer is not None:
                 self._writer.release()
 
-    def _let_readers_in(self) -> None:
-        """Close the connection between operations (every write committed) so readers waiting can open the file."""
+    def _let_go(self) -> None:
+        """Close the connection between operations (every write committed) so others waiting can open the file."""
         with self._lock:
-            if self._writer is None or self._closed:
+            if self._closed:
                 return
-            self._writer.clear()
+            if self._writer is not None:
+                self._writer.clear()
             if self._con is not None and self._depth == 0:
                 self._con.close()
                 self._con = None
 
     def _connect_again(self) -> None:
-        """Open the connection again if it was closed to let readers in (waiting for them to leave)."""
+        """Open the connection again if it was closed to let others in (waiting for them to leave)."""
         if self._con is not None:
             return
         if self._closed:
             raise StoreError(f"{self.path} is closed")
-        self._con = _connect(self.path, self.read_only, REOPEN_WAIT_S)
+        self._con = _connect(self.path, self.read_only, OPEN_WAIT_S if self.read_only else REOPEN_WAIT_S,
+                             self._writer)
         if self._writer is not None:
             self._writer.clear()  # readers who asked while it was closed are in, or will ask again
 

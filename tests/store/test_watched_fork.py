@@ -203,19 +203,24 @@ HOLDER = """
 """
 
 
-def test_an_idle_writer_lets_readers_in_and_they_see_each_commit(tmp_path):
-    path = tmp_path / "idle.duckdb"
+def test_an_idle_writer_lets_a_reader_in_and_a_reader_left_open_steps_aside_for_it(tmp_path):
+    path = tmp_path / "held.duckdb"
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(HOLDER.format(path=str(path)))],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
-        for run_id in ("a", "b"):
-            holder.stdin.write(run_id + "\n")
+        holder.stdin.write("a\n")
+        holder.stdin.flush()
+        assert holder.stdout.readline().strip() == "wrote"
+        with Store.open(path, read_only=True) as reader:  # held open between reads, as a server holds it
+            assert reader.runs()["run_id"].to_list() == ["a"]
+            start = time.monotonic()
+            holder.stdin.write("b\n")
             holder.stdin.flush()
-            assert holder.stdout.readline().strip() == "wrote"
-            with Store.open(path, read_only=True) as store:  # the writer is idle, holding its store open
-                assert sorted(store.runs()["run_id"].to_list()) == (["a"] if run_id == "a" else ["a", "b"])
-        with pytest.raises(StoreLockedError, match=rf"PID {holder.pid}"):
-            Store.open(path)
+            assert holder.stdout.readline().strip() == "wrote"  # the writer got back in past the open reader
+            assert time.monotonic() - start < 10
+            assert sorted(reader.runs()["run_id"].to_list()) == ["a", "b"]  # and the reader back in after it
+        with pytest.raises(StoreLockedError, match=rf"open for writing by another process \(PID {holder.pid}\)"):
+            Store.open(path)  # a second writer, while the first is idle
     finally:
         holder.stdin.close()
         holder.wait(timeout=30)
