@@ -1161,11 +1161,17 @@ class Endpoint:
                 if type(message) is not dict:
                     raise WireError("malformed message")
                 if "op" not in message:
+                    # The reply is in: this request is over. Decoding the reply may ask the peer again (the
+                    # hash of a key in a shared dict's update, a value's refresh) as this thread's next
+                    # request, so the turn is given back first; kept, that request would wait on it forever.
+                    self._pop(frame)
+                    frame = None
                     return self.incoming(message)
                 self.serve_request(message)
         finally:
             self.depth -= 1
-            self._pop(frame)
+            if frame is not None:
+                self._pop(frame)
 
 
 #: Items of an iterator run ahead cross in a short form when they are plain ints and strings (or a tuple or list

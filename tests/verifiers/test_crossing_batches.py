@@ -21,6 +21,27 @@ from factory.verifiers._wire import Channel
 SOLUTION = '''
 LOG = []
 
+class _Key(tuple):  # cachetools' _HashedTuple: a tuple subclass whose hash the solution computes and caches
+    _cached = None
+
+    def __hash__(self):
+        if self._cached is None:
+            self._cached = tuple.__hash__(self)
+        return self._cached
+
+def key(*args):
+    return _Key(args)
+
+def cached(cache):  # cachetools.cached(cache): the test's dict, kept by the solution
+    def decorate(function):
+        def wrapper(*args):
+            k = key(*args)
+            if k not in cache:
+                cache[k] = function(*args)
+            return cache[k]
+        return wrapper
+    return decorate
+
 def f(x):
     return x + 1
 
@@ -113,3 +134,27 @@ def test_a_rebound_module_function_is_asked_for_again(remote):
     assert mod.f(1) == 10
     mod.f = lambda x: -x
     assert mod.f(1) == -1
+
+
+def test_a_reply_whose_decoding_asks_the_solution_again_does_not_wait_for_its_own_turn(remote):
+    """A test's dict the solution wrote a key into comes back with the call's reply; hashing that key (its
+    class's own ``__hash__`` runs in the solution) asks the solution again while the reply is decoded. That
+    request used to wait for the turn its own finished request still held, forever (cachetools' cached(cache)
+    tests hung until the run's time limit)."""
+    import signal
+
+    crossmod, _ = remote
+
+    def stuck(signum, frame):
+        raise TimeoutError("the trusted end waited on its own turn")
+
+    previous = signal.signal(signal.SIGALRM, stuck)
+    signal.alarm(20)
+    try:
+        cache = {}
+        wrapper = crossmod.cached(cache)(lambda x: x * 2)
+        assert wrapper(0) == 0 and wrapper(1) == 2 and wrapper(1) == 2
+        assert crossmod.key(0) in cache and crossmod.key(2) not in cache and len(cache) == 2
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
