@@ -148,11 +148,11 @@ def wait_quiet(limit_s: float, busy_share: float = 0.15) -> float | None:
 # ------------------------------------------------------------------ the baseline: a plain TRL script
 
 
-def _load_policy(model_dir: str) -> tuple[Any, Any]:
+def _load_policy(model_dir: str, dtype: str = "float32") -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer  # imported already: the load alone is timed
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32")
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype)
     return model, tokenizer
 
 
@@ -169,7 +169,8 @@ def baseline_child(args: argparse.Namespace) -> None:
 
     out = Path(args.output)
     dataset = datasets.load_dataset("json", data_files=args.data, split="train", cache_dir=str(out / "hf-cache"))
-    model, tokenizer = _load_policy(args.model)
+    model, tokenizer = _load_policy(args.model, args.weights_dtype)
+    before = [p.detach().clone() for p in model.parameters() if p.requires_grad]
     checkpointing = ({"activation_checkpointing": False}
                      if "activation_checkpointing" in {f.name for f in dataclasses.fields(DPOConfig)}
                      else {"gradient_checkpointing": False})
@@ -182,7 +183,10 @@ def baseline_child(args: argparse.Namespace) -> None:
     output = trainer.train()
     train_seconds = time.perf_counter() - started
     trainer.save_model(str(out / "model"))
+    after = [p.detach() for p in model.parameters() if p.requires_grad]
+    moved = sum(int((a != b).sum()) for a, b in zip(after, before)) / sum(b.numel() for b in before)
     print(json.dumps({
+        "moved_share": moved, "weights_dtype": str(after[0].dtype).removeprefix("torch."),
         "steps": int(trainer.state.global_step), "train_runtime": output.metrics["train_runtime"],
         "train_seconds": train_seconds, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "train_loss": output.metrics.get("train_loss"), "trl_config": config.to_dict()}, default=str))
@@ -292,7 +296,8 @@ def factory_command(args: argparse.Namespace, data: Path, model: Path, out: Path
 def baseline_command(args: argparse.Namespace, data: Path, model: Path, out: Path) -> list[str]:
     return [str(Path(__file__).resolve()), "--baseline-child", "--data", str(data), "--model", str(model),
             "--output", str(out), "--steps", str(args.steps), "--batch-size", str(args.batch_size),
-            "--lr", str(args.lr), "--max-length", str(args.max_length), "--seed", str(args.seed)]
+            "--lr", str(args.lr), "--max-length", str(args.max_length), "--seed", str(args.seed),
+            "--weights-dtype", "bfloat16" if args.bf16_weights else "float32"]
 
 
 def spawn(argv: list[str], env: dict[str, str], log: Path) -> tuple[str, float, float, float, float | None]:
@@ -327,7 +332,9 @@ def run_side(side: str, args: argparse.Namespace, data: Path, model: Path, work:
         figures = {"steps": summary["metrics"]["steps"], "train_runtime": end["train_runtime"],
                    "train_seconds": summary["metrics"]["train_seconds"],
                    "own_peak_rss_mb": summary["metrics"]["peak_rss_mb"], "train_loss": summary["metrics"]["train_loss"],
-                   "trl_config": result["provenance"]["trl_config"]}
+                   "trl_config": result["provenance"]["trl_config"],
+                   "moved_share": summary["metrics"]["precision"]["moved_share"],
+                   "weights_dtype": summary["metrics"]["precision"]["trainable_dtype"]}
     else:
         figures = json.loads(stdout.strip().splitlines()[-1])
         figures["own_peak_rss_mb"] = figures.pop("peak_rss_mb")
@@ -438,6 +445,10 @@ def main() -> None:
     parser.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up pair")
     parser.add_argument("--profile", action="store_true", help="also profile one run of each side (cProfile)")
     parser.add_argument("--quick", action="store_true", help="smoke run: 8 steps, 1 repeat, no warm-up")
+    parser.add_argument("--bf16-weights", action="store_true",
+                        help="the policy saved in bfloat16: factory keeps float32 master weights, the plain TRL script "
+                             "loads bf16 and steps it in place; adds the share of trainable elements that moved")
+    parser.add_argument("--weights-dtype", default="float32", help=argparse.SUPPRESS)  # the baseline child's
     parser.add_argument("--multi-turn", action="store_true",
                         help="agent rows (tool call, tool result, reply): factory masks the tool's tokens out of the "
                              "loss, the plain TRL script does not, so the ratio is the masking's overhead")
@@ -474,6 +485,10 @@ def bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
           f"{args.threads} torch thread(s) per child", flush=True)
     model = build_tiny_model(work / "tiny", arch="llama", hidden_size=args.hidden, layers=args.layers,
                              seed=args.seed)
+    if args.bf16_weights:  # a bf16 checkpoint, as a GPU-trained policy is saved
+        from transformers import AutoModelForCausalLM
+
+        AutoModelForCausalLM.from_pretrained(model, dtype="bfloat16").save_pretrained(model)
     config = json.loads((model / "config.json").read_text())
     params = sum(math.prod(shape) for shape in _safetensor_shapes(model / "model.safetensors"))
     data = work / "dpo.jsonl"
@@ -525,12 +540,15 @@ def bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         ("peak RSS MiB (wait4)", "peak_rss_mb", "{:.1f}"),
         ("CPU seconds (user + sys)", "cpu_seconds", "{:.1f} s"),
     ]
+    if args.bf16_weights:
+        rows.append(("share of trainable elements moved", "moved_share", "{:.4f}"))
     print(f"\nmedians of {args.repeats}: {'':30} {'factory':>12} {'baseline':>12} {'factory/baseline':>17}")
     medians: dict[str, dict[str, float]] = {}
     for label, key, fmt in rows:
         a, b = median(ours, key), median(base, key)
-        medians[key] = {"factory": a, "baseline": b, "ratio": a / b}
-        print(f"  {label:<42} {fmt.format(a):>12} {fmt.format(b):>12} {a / b:>16.3f}x")
+        ratio = a / b if b else math.inf  # a bf16 baseline may move no element at all
+        medians[key] = {"factory": a, "baseline": b, "ratio": ratio}
+        print(f"  {label:<42} {fmt.format(a):>12} {fmt.format(b):>12} {ratio:>16.3f}x")
     speed, memory = medians["steps_per_second"]["ratio"], medians["peak_rss_mb"]["ratio"]
     speed_ok, memory_ok = speed >= 1 - GOAL, memory <= 1 + GOAL
     overhead = {"steps_per_second": 1 - speed, "peak_rss_mb": memory - 1, "wall": medians["wall"]["ratio"] - 1}
@@ -555,6 +573,9 @@ def bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         return fmt.format(m["factory"]), fmt.format(m["baseline"]), f"{m['ratio']:.3f}x"
 
     label = "dpo multi-turn, masked vs TRL unmasked," if args.multi_turn else "dpo"
+    if args.bf16_weights:
+        label += " bf16 checkpoint, float32 master vs TRL bf16 weights,"
+        record("train", f"{label} share of elements moved (median)", *fig("moved_share", "{:.4f}"))
     record("train", f"{label} steps/s (median)", *fig("steps_per_second", "{:.2f}"), ">= 0.95x", speed_ok)
     record("train", f"{label} peak RSS MiB (median)", *fig("peak_rss_mb", "{:.0f}"), "<= 1.05x", memory_ok)
     record("train", f"{label} process wall (median)", *fig("wall", "{:.1f} s"))
