@@ -33,8 +33,9 @@ traceback only for exceptions outside this tree, which are bugs.
     │   └── ReplayMissError           exit 1   replay: no recorded response for a request
     ├── RunError                      exit 1   a fork run cannot start or resume
     │   └── RunAbortedError           exit 1   a fork stopped because its provider became unavailable
-    └── ExportError                   exit 1   an export cannot be made (no such run, nothing to export)
-        └── ExportValidationError     exit 2   an exported file breaks its format (every problem, file:line)
+    ├── ExportError                   exit 1   an export cannot be made (no such run, nothing to export)
+    │   └── ExportValidationError     exit 2   an exported file breaks its format (every problem, file:line)
+    └── TrainingStoppedError          exit 4   a monitor (the reward-hacking detector) ended training early
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ __all__ = [
     "StoreNotFoundError",
     "TaskFileError",
     "TaskProblem",
+    "TrainingStoppedError",
 ]
 
 
@@ -318,3 +320,12 @@ class ExportValidationError(ExportError):
         self.problems = list(problems)
         count = len(self.problems)
         super().__init__(f"{count} problem{'s' if count != 1 else ''} in {path}\n" + "\n".join(self.problems))
+
+
+class TrainingStoppedError(FactoryError):
+    """A monitor ended training early (``--hacking-detector stop``); the model and a checkpoint were still saved.
+
+    The message names the reason: the step, the rule that fired and its figures.
+    """
+
+    exit_code = 4

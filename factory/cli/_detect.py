@@ -8,7 +8,7 @@ import click
 
 from factory.cli._options import FiniteFloat, dump_json, json_option
 
-__all__ = ["detect"]
+__all__ = ["detect", "detector_outcome"]
 
 
 @click.command()
@@ -37,8 +37,7 @@ def detect(log: Path, warmup_steps: int | None, window: int | None, length_z: fl
 
     Example: factory train detect out/grpo/hacking_log.jsonl
     """
-    from factory.trainers._hacking import DetectorSettings, plot_detector, read_detector_log
-    from factory.trainers._hacking import detect as replay
+    from factory.trainers import DetectorSettings, plot_detector, read_detector_log, replay_detector
 
     chosen = {"warmup_steps": warmup_steps, "window": window, "length_z": length_z, "reward_kl": reward_kl,
               "trend_checkpoints": trend_checkpoints}
@@ -47,7 +46,7 @@ def detect(log: Path, warmup_steps: int | None, window: int | None, length_z: fl
         from factory.ranking import check_plot_file
 
         check_plot_file(plot)
-    report = replay(read_detector_log(log), settings)
+    report = replay_detector(read_detector_log(log), settings)
     if plot is not None:
         plot_detector(report, plot, f"factory train detect: {log.name}", {"the log": log})
     if as_json:
@@ -68,3 +67,29 @@ def detect(log: Path, warmup_steps: int | None, window: int | None, length_z: fl
                    f"{first.message}")
     if plot is not None:
         click.echo(f"plot: {plot}")
+
+
+def detector_outcome(outcome: dict | None, *, quiet: bool) -> None:
+    """After ``factory train grpo``: the detector's final status on stderr, and exit status 4 where it stopped training.
+
+    Args:
+        outcome: ``metrics["hacking_detector"]`` of the training result (None: the detector was off).
+        quiet: Print nothing (``--json``: the outcome is in the JSON already).
+
+    Raises:
+        TrainingStoppedError: The detector ended training (``--hacking-detector stop``).
+    """
+    from factory.errors import TrainingStoppedError
+
+    if not outcome:
+        return
+    if not quiet:
+        report = outcome["report"]
+        first = report.get("first_alarm")
+        alarm = (f"first alarm at step {first['step']}: {first['status']} ({', '.join(first['signals'])})" if first
+                 else "no alarm")
+        click.echo(f"hacking detector ({outcome['mode']}): {outcome['final_status']} after {len(report['steps'])} "
+                   f"logging step(s); {alarm}; log: {outcome['log']}"
+                   + (f"; plot: {outcome['plot']}" if outcome.get("plot") else ""), err=True)
+    if outcome.get("stop_reason"):
+        raise TrainingStoppedError(outcome["stop_reason"] + " (the model and a checkpoint were saved)")

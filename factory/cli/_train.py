@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from factory.cli._options import FiniteFloat, check_writable, dump_json, json_option
+from factory.cli._detect import detector_outcome
 from factory.trainers import CONFIG_FIELDS, FieldDoc
 
 __all__ = ["train"]
@@ -137,6 +138,7 @@ _FIELD_OPTIONS = (
     _FieldOption(("--sandbox",), "sandbox"),
     _FieldOption(("--num-generations",), "num_generations", click.IntRange(min=2)),
     _FieldOption(("--max-completion-length",), "max_completion_length", click.IntRange(min=1)),
+    _FieldOption(("--hacking-detector",), "hacking_detector", click.Choice(["off", "warn", "stop"])),
 )
 
 
@@ -173,8 +175,9 @@ def _command(name: str, summary: str) -> click.Command:
             return
         if as_json:
             click.echo(dump_json({k: v for k, v in result.to_dict().items() if k != "log_history"}))
-            return
-        _print(result)
+        else:
+            _print(result)
+        detector_outcome(result.metrics.get("hacking_detector"), quiet=as_json)  # exit 4 where it stopped training
 
     params: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
         *(option.decorator(docs[option.field]) for option in options),

@@ -19,7 +19,7 @@ __all__ = ["CONFIG_FIELDS", "FieldDoc", "describe_fields"]
 OPTION_FIELDS = (
     "data_file", "model_name_or_path", "output_dir", "use_lora", "max_steps", "num_train_epochs", "learning_rate",
     "per_device_train_batch_size", "gradient_accumulation_steps", "seed", "save_steps", "resume", "max_length",
-    "objective", "sandbox", "num_generations", "max_completion_length", "allow_unmasked",
+    "objective", "sandbox", "num_generations", "max_completion_length", "allow_unmasked", "hacking_detector",
 )
 
 
@@ -92,6 +92,9 @@ _OWN: dict[str, dict[str, FieldDoc]] = {
                                        "per_device_batch_size * gradient_accumulation_steps) must be evenly "
                                        "divisible by this value."),
         "max_completion_length": FieldDoc(512, "Maximum length of the generated completion."),
+        "hacking_detector": FieldDoc("warn", "Reward-hacking detector: warn (status on the console, series in "
+                                             "train_result.json, hacking_log.jsonl and hacking.png), stop (also end "
+                                             "training at a HARD_STOP, with a checkpoint and exit status 4), or off."),
     },
     "kto": {
         "learning_rate": FieldDoc(1e-06, "The initial learning rate for AdamW."),

@@ -5,6 +5,9 @@ The export holds one prompt per task and the task's spec; every group of
 task's answer / tests / build / schema / rules verifiers, tool calls and
 tests run in a sandbox), so the policy is trained online on the same checks
 that made the data.
+
+A reward-hacking detector watches the loop (``hacking_detector``: ``warn`` by
+default, ``stop``, ``off``): see :mod:`factory.trainers._hacking_callback`.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import trl
 from factory.errors import ConfigError
 from factory.trainers._config import TrainerSettings
 from factory.trainers._data import TrainingData
+from factory.trainers._hacking import DetectorSettings
 from factory.trainers._models import is_peft_model
 from factory.trainers._rewards import VerifierReward
 from factory.trainers._run import TrainResult, run_training
@@ -32,6 +36,12 @@ class GRPOConfig(TrainerSettings, trl.GRPOConfig):
         sandbox: Sandbox backend for the completions' tool calls and the tests.
         reward_verifiers: Only these objective verifiers score (default: each task's own).
         reward_concurrency: Completions verified at once.
+        hacking_detector: The reward-hacking detector: ``off``, ``warn`` or ``stop``.
+        hacking_warmup_steps: Checkpoints in the detector's warm-up baseline.
+        hacking_window: Checkpoints pooled for the current length level and reward histogram.
+        hacking_length_z: Length z-score that fires the length rule.
+        hacking_reward_kl: KL the trend rule must exceed.
+        hacking_trend: Rises in a row the KL trend rule needs.
     """
 
     sandbox: str = field(default="bwrap", metadata={
@@ -39,20 +49,60 @@ class GRPOConfig(TrainerSettings, trl.GRPOConfig):
     reward_verifiers: list[str] | None = field(default=None, metadata={
         "help": "Objective verifiers that score completions (default: every one the task's fields select)."})
     reward_concurrency: int = field(default=2, metadata={"help": "Completions verified at once."})
+    hacking_detector: str = field(default="warn", metadata={
+        "help": "Reward-hacking detector: warn (status on the console, series in train_result.json, "
+                "hacking_log.jsonl and hacking.png), stop (also end training at a HARD_STOP, with a checkpoint "
+                "and exit status 4), or off."})
+    hacking_warmup_steps: int = field(default=20, metadata={
+        "help": "Logging steps in the detector's warm-up baseline (null false alarms measured at 20: "
+                "tests/trainers/test_hacking.py)."})
+    hacking_window: int = field(default=5, metadata={
+        "help": "Logging steps pooled for the detector's current length level and reward histogram."})
+    hacking_length_z: float = field(default=2.5, metadata={
+        "help": "The detector's length rule fires at this z-score over the warm-up baseline."})
+    hacking_reward_kl: float = field(default=0.15, metadata={
+        "help": "The detector's trend rule: KL(warm-up rewards || current) above this, in nats..."})
+    hacking_trend: int = field(default=3, metadata={
+        "help": "... without a fall for this many logging steps in a row (also the steps in a row one rule must fire for "
+                "HARD_STOP)."})
+
+    def detector_settings(self) -> DetectorSettings:
+        """The reward-hacking detector's thresholds from this config."""
+        try:
+            return DetectorSettings(warmup_steps=self.hacking_warmup_steps, window=self.hacking_window,
+                                    length_z=self.hacking_length_z, reward_kl=self.hacking_reward_kl,
+                                    trend_checkpoints=self.hacking_trend)
+        except ValueError as exc:
+            raise ConfigError(f"reward-hacking detector settings: {exc}") from exc
 
 
 def train_grpo(config: GRPOConfig) -> TrainResult:
     """Train ``config.model_name_or_path`` with GRPO on ``config.data_file``'s prompts; see :func:`run_training`."""
+    from factory.trainers._hacking_callback import DETECTOR_MODES, watch_rewards
+
+    if config.hacking_detector not in DETECTOR_MODES:
+        raise ConfigError(f"hacking_detector {config.hacking_detector!r}: use one of {', '.join(DETECTOR_MODES)}")
     reward = VerifierReward(config.sandbox, verifiers=config.reward_verifiers, concurrency=config.reward_concurrency)
+    settings = config.detector_settings()  # refused before loading anything
+    watcher = None
 
     def build(config: GRPOConfig, model, tokenizer, data: TrainingData) -> trl.GRPOTrainer:
+        nonlocal watcher
         source = Path(getattr(model.config, "_name_or_path", "") or ".")
         if config.beta != 0.0 and not is_peft_model(model) and not (source / "config.json").is_file():
             # TRL reloads the KL reference from the policy's folder, and a GGUF's folder holds no config.json
             raise ConfigError(f"GRPO with beta={config.beta} on {config.model_name_or_path}: use --lora "
                               "(the reference is the policy without its adapter) or --set beta=0")
-        return trl.GRPOTrainer(model=model, reward_funcs=[reward], args=config, train_dataset=data.dataset,
-                               processing_class=tokenizer)
+        funcs, watcher = watch_rewards([reward], config.hacking_detector, settings, Path(config.output_dir),
+                                       weights=config.reward_weights, tokenizer=tokenizer,
+                                       protected={"the training data (--data)": data.path})
+        return trl.GRPOTrainer(model=model, reward_funcs=funcs, args=config, train_dataset=data.dataset,
+                               processing_class=tokenizer, callbacks=[watcher] if watcher else None)
 
-    return run_training("grpo", config, "grpo", build,
-                        extra_metrics=lambda: {f"reward_{key}": value for key, value in sorted(reward.counts.items())})
+    def metrics() -> dict:
+        found = {f"reward_{key}": value for key, value in sorted(reward.counts.items())}
+        if watcher is not None:  # the detector's series and events (metrics.hacking_detector in train_result.json)
+            found["hacking_detector"] = watcher.result()
+        return found
+
+    return run_training("grpo", config, "grpo", build, extra_metrics=metrics)

@@ -18,8 +18,9 @@ their total rewards.
   the rewards in the last ``window`` checkpoints, each smoothed with a
   pseudo-count of ``smoothing`` per bin (so an empty bin costs a finite
   amount); the divergence is ``KL(P₀ ‖ Q)``. The trend rule fires when it
-  rose at each of the last ``trend_checkpoints`` checkpoints and each of
-  those values is above ``reward_kl``.
+  did not fall at any of the last ``trend_checkpoints`` checkpoints (a
+  monotone rise; a divergence pinned at its ceiling, every reward beyond the
+  warm-up's range, counts) and each of those values is above ``reward_kl``.
 
 Status per checkpoint: ``OK``; ``WARNING`` when a rule fires; ``HARD_STOP``
 when both fire at once or one has fired at ``trend_checkpoints`` checkpoints
@@ -65,7 +66,7 @@ __all__ = [
     "DetectorStep",
     "HackingDetector",
     "StepObservation",
-    "detect",
+    "replay_detector",
     "plot_detector",
     "read_detector_log",
     "reward_bins",
@@ -102,8 +103,8 @@ class DetectorSettings(RecordPart):
         window: Checkpoints pooled for the current length level and reward histogram.
         length_z: The length rule fires at a z-score this high.
         reward_kl: The trend rule's floor on KL(warm-up reward histogram ‖ current), in nats.
-        trend_checkpoints: Rises in a row (each above ``reward_kl``) the trend rule needs; also how many
-            checkpoints in a row one rule must fire for ``HARD_STOP``.
+        trend_checkpoints: Checkpoints in a row without a fall (each above ``reward_kl``) the trend rule needs;
+            also how many checkpoints in a row one rule must fire for ``HARD_STOP``.
         bins: Most reward bins (fewer where the warm-up rewards take fewer values).
         smoothing: Pseudo-count added to every bin of both histograms.
         min_length_std: Floor on the warm-up spread of the mean length, in tokens (a flat warm-up is not a 0).
@@ -392,7 +393,7 @@ class HackingDetector:
         last = self._kls[-(k + 1):]
         if len(last) < k + 1 or any(value is None for value in last):
             return False
-        rising = all(later > earlier for earlier, later in zip(last, last[1:]))
+        rising = all(later >= earlier for earlier, later in zip(last, last[1:]))  # pinned high counts
         return rising and all(value > self.settings.reward_kl for value in last[1:])
 
     def _explain(self, reading: DetectorStep) -> str:
@@ -406,7 +407,7 @@ class HackingDetector:
                          f"the last {min(s.window, len(self._lengths))} checkpoint(s) vs warm-up "
                          f"{base['length_mean']:.1f} ± {base['length_std']:.1f})")
         if REWARD_KL in reading.fired:
-            parts.append(f"reward KL {reading.reward_kl:.3f} > {s.reward_kl:g} and rising for "
+            parts.append(f"reward KL {reading.reward_kl:.3f} > {s.reward_kl:g} and not falling for "
                          f"{s.trend_checkpoints} checkpoint(s) (the reward distribution left its warm-up shape)")
         if reading.status is DetectorStatus.HARD_STOP:
             why = ("both rules fire" if len(reading.fired) == 2 else
@@ -420,7 +421,8 @@ class HackingDetector:
                               events=list(self.events), first_alarm=self.first_alarm, stopped_at=self.stopped_at)
 
 
-def detect(observations: Iterable[StepObservation], settings: DetectorSettings | None = None) -> DetectorReport:
+def replay_detector(observations: Iterable[StepObservation],
+                    settings: DetectorSettings | None = None) -> DetectorReport:
     """Replay a series of checkpoints through a fresh :class:`HackingDetector`.
 
     Args:

@@ -1,0 +1,102 @@
+"""The reward-hacking detector in a real TRL GRPO loop on the tiny model, and through `factory train grpo`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch (the 'train' extra) is not installed")
+trl = pytest.importorskip("trl", reason="trl (the 'train' extra) is not installed")
+datasets = pytest.importorskip("datasets", reason="datasets (the 'train' extra) is not installed")
+
+from factory.errors import TrainingStoppedError  # noqa: E402
+from factory.trainers import DetectorSettings, read_detector_log, replay_detector, watch_rewards  # noqa: E402
+
+MAX_COMPLETION = 16
+
+
+@pytest.fixture(autouse=True)
+def _one_thread(one_torch_thread):
+    """Trains the tiny model (see tests/conftest.py)."""
+
+
+def prompts_dataset(folder: Path):
+    rows = [{"prompt": [{"role": "user", "content": q}]} for q in ("What is 2+2?", "Name a colour.")]
+    path = folder / "prompts.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return datasets.load_dataset("json", data_files=str(path), split="train", cache_dir=str(folder / "hf"))
+
+
+def grpo(tiny_model: str, folder: Path, reward_funcs, callback, steps: int) -> trl.GRPOTrainer:
+    config = trl.GRPOConfig(output_dir=str(folder / "out"), max_steps=steps, per_device_train_batch_size=4,
+                            num_generations=4, max_completion_length=MAX_COMPLETION, learning_rate=1e-3,
+                            use_cpu=True, bf16=False, report_to="none", logging_steps=1, save_strategy="no",
+                            disable_tqdm=True, seed=0, beta=0.0)
+    return trl.GRPOTrainer(model=tiny_model, reward_funcs=reward_funcs, args=config,
+                           train_dataset=prompts_dataset(folder), callbacks=[callback])
+
+
+def test_the_callback_records_every_logging_step_and_the_log_replays(tiny_model, tmp_path):
+    """warn: the completions' token counts (TRL's completion_ids) and rewards per logging step, in the detector
+    and in hacking_log.jsonl, which `detect` replays to the same report; the plot beside it."""
+    calls = []
+
+    def pays_for_length(prompts, completions, completion_ids, **kwargs):
+        calls.append([len(ids) for ids in completion_ids])
+        return [len(ids) / MAX_COMPLETION for ids in completion_ids]
+
+    settings = DetectorSettings(warmup_steps=2, window=1)
+    funcs, callback = watch_rewards([pays_for_length], "warn", settings, tmp_path / "out")
+    trainer = grpo(tiny_model, tmp_path, funcs, callback, steps=4)
+    trainer.train()
+    assert [s.mean_length for s in callback.detector.steps] == [sum(c) / len(c) for c in calls]
+    assert len(calls) == 4 and callback.detector.status.value == "OK"
+    logged = read_detector_log(tmp_path / "out" / "hacking_log.jsonl")
+    assert [obs.lengths for obs in logged] == calls
+    assert replay_detector(logged, settings) == callback.detector.report()
+    assert (tmp_path / "out" / "hacking.png").stat().st_size > 0
+    assert callback.result()["report"]["steps"][-1]["length_z"] is not None
+
+
+def test_stop_ends_training_at_the_hard_stop_with_a_checkpoint(tiny_model, tmp_path):
+    """stop: a reward whose distribution climbs every step (the shape a policy gaming its reward gives) trips the
+    KL trend rule; training ends at that step, a checkpoint of it is written, and the reason is kept."""
+    seen = []
+
+    def climbing(prompts, completions, completion_ids, **kwargs):
+        seen.append(1)
+        return [len(seen) + len(ids) / MAX_COMPLETION for ids in completion_ids]
+
+    settings = DetectorSettings(warmup_steps=2, window=1, trend_checkpoints=2, length_z=1e9)
+    funcs, callback = watch_rewards([climbing], "stop", settings, tmp_path / "out")
+    trainer = grpo(tiny_model, tmp_path, funcs, callback, steps=12)
+    trainer.train()
+    stopped = callback.detector.stopped_at
+    assert stopped is not None and trainer.state.global_step == stopped < 12
+    assert (tmp_path / "out" / f"checkpoint-{stopped}").is_dir()
+    assert "reward_kl" in callback.stop_reason and f"step {stopped}" in callback.stop_reason
+    assert callback.result()["stop_reason"] == callback.stop_reason and TrainingStoppedError.exit_code == 4
+
+
+def test_factory_train_grpo_writes_the_series_the_log_and_the_plot(cli, exported_run, tiny_model, tmp_path):
+    from tests.trainers.test_train import exported
+
+    data = exported(exported_run, "grpo", tmp_path)
+    out = tmp_path / "out"
+    result = cli("train", "grpo", "--data", data, "--model", tiny_model, "--output", out, "--max-steps", "2",
+                 "--batch-size", "2", "--num-generations", "2", "--max-completion-length", "8", "--seed", "0",
+                 "--set", "hacking_warmup_steps=2", "--json")
+    assert result.exit_code == 0, result.output
+    outcome = json.loads((out / "train_result.json").read_text())["metrics"]["hacking_detector"]
+    assert outcome["mode"] == "warn" and outcome["final_status"] == "OK" and outcome["stop_reason"] is None
+    assert len(outcome["report"]["steps"]) == 2
+    replay = cli("train", "detect", out / "hacking_log.jsonl", "--warmup-steps", "2", "--json")
+    assert json.loads(replay.stdout) == outcome["report"]
+    assert (out / "hacking.png").is_file() and (out / "loss.png").is_file()
+    off = cli("train", "grpo", "--data", data, "--model", tiny_model, "--output", tmp_path / "off", "--max-steps",
+              "1", "--batch-size", "2", "--num-generations", "2", "--max-completion-length", "8",
+              "--hacking-detector", "off", "--json")
+    assert off.exit_code == 0 and "hacking_detector" not in json.loads(off.stdout)["metrics"]
+    assert not (tmp_path / "off" / "hacking_log.jsonl").exists()
