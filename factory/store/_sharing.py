@@ -16,7 +16,7 @@ be readable, so the store file is shared in turns:
   progress, if any, to end, closes its connection (every write committed: a
   reader sees whole batches or none) and opens it again at its next
   operation, waiting for the readers then inside to leave. It pauses so at
-  most once every :data:`PAUSE_GAP_S`.
+  most once every :data:`PAUSE_GAP_S` (longer when pauses cost more).
 - While a writer waits for readers to leave it says so in the sidecar (its
   status byte, after the PID line); a read-only store left open (a server, a
   notebook) watches that byte and closes its connection between operations,
@@ -36,14 +36,19 @@ from pathlib import Path
 
 from factory.errors import StoreError, StoreLockedError
 
-__all__ = ["PAUSE_GAP_S", "WATCH_INTERVAL_S", "WriterLock", "ask_writer", "writer_waiting"]
+__all__ = [
+    "PAUSE_GAP_MAX_S", "PAUSE_GAP_S", "PAUSE_SHARE", "WATCH_INTERVAL_S", "WriterLock", "ask_writer", "writer_waiting",
+]
 
 #: How often a writer looks whether a reader asked to get in.
 WATCH_INTERVAL_S = 0.05
-#: Least time between two of a writer's pauses for readers: each costs it a checkpoint and a reopen (about
-#: 0.1-0.5 s on a store of thousands of branches), so readers polling fast share a pause rather than each
-#: costing one. A reader waits at most this long plus the write in progress.
+#: Least time between two of a writer's pauses for readers: each costs it a checkpoint, the readers' visit
+#: and a reopen (0.1-1 s on a store of thousands of branches), so readers polling fast share a pause rather
+#: than each costing one. The gap grows to PAUSE_SHARE times the last pause's cost, so pauses take at most
+#: about 1/(1+PAUSE_SHARE) of the writer's time, up to PAUSE_GAP_MAX_S (half a reader's default wait).
 PAUSE_GAP_S = 1.0
+PAUSE_SHARE = 4.0
+PAUSE_GAP_MAX_S = 5.0
 
 
 def lock_path(db: Path) -> Path:

@@ -48,7 +48,15 @@ from factory.provenance import content_hash
 from factory.settings import default_db_path
 from factory.store import _queries as queries
 from factory.store._migrations import MIGRATIONS, Migration, applied_migrations, migrate
-from factory.store._sharing import PAUSE_GAP_S, WATCH_INTERVAL_S, WriterLock, ask_writer, writer_waiting
+from factory.store._sharing import (
+    PAUSE_GAP_MAX_S,
+    PAUSE_GAP_S,
+    PAUSE_SHARE,
+    WATCH_INTERVAL_S,
+    WriterLock,
+    ask_writer,
+    writer_waiting,
+)
 
 __all__ = ["Rows", "Store", "utc_now"]
 
@@ -164,7 +172,8 @@ def _watch_for_readers(ref: weakref.ref[Store], stop: threading.Event, writer: W
         store = ref()
         if store is None:  # dropped unclosed
             return
-        if time.monotonic() - last >= PAUSE_GAP_S and writer.requested():
+        gap = min(max(PAUSE_GAP_S, PAUSE_SHARE * store._pause_cost_s), PAUSE_GAP_MAX_S)
+        if time.monotonic() - last >= gap and writer.requested():
             store._let_go()
             last = time.monotonic()
         del store
@@ -198,6 +207,7 @@ class Store:
         self._lock = threading.RLock()
         self._depth = 0  # open transaction blocks (see _Transaction)
         self._closed = False
+        self._pause_cost_s = 0.0  # a writer's last pause for readers: closing, and opening again
         self.path = path
         self.read_only = read_only
         self._columns = self._load_columns()
@@ -286,8 +296,10 @@ class Store:
             if self._writer is not None:
                 self._writer.clear()
             if self._con is not None and self._depth == 0:
+                start = time.monotonic()
                 self._con.close()
                 self._con = None
+                self._pause_cost_s = time.monotonic() - start
 
     def _connect_again(self) -> None:
         """Open the connection again if it was closed to let others in (waiting for them to leave)."""
@@ -295,8 +307,10 @@ class Store:
             return
         if self._closed:
             raise StoreError(f"{self.path} is closed")
+        start = time.monotonic()
         self._con = _connect(self.path, self.read_only, OPEN_WAIT_S if self.read_only else REOPEN_WAIT_S,
                              self._writer)
+        self._pause_cost_s += time.monotonic() - start
         if self._writer is not None:
             self._writer.clear()  # readers who asked while it was closed are in, or will ask again
 
