@@ -41,10 +41,18 @@ def query(sql: str, db: Path | None, fmt: str) -> None:
 
 @click.command()
 @db_option
+@click.option("--compare", nargs=2, metavar="RUN_A RUN_B", default=None,
+              help="Instead: compare two runs' final-answer lengths and verifier scores; say whether RUN_B drifted.")
 @json_option
-def runs(db: Path | None, as_json: bool) -> None:
-    """List runs, newest first, with task, branch, error and event counts."""
+def runs(db: Path | None, compare: tuple[str, str] | None, as_json: bool) -> None:
+    """List runs, newest first, with task, branch, error and event counts (or --compare two of them)."""
     from factory.store import Store
+
+    if compare:
+        from factory.cli._compare import compare_command
+
+        compare_command(db, compare[0], compare[1], as_json)
+        return
 
     with Store.open(resolve_db(db), read_only=True) as store:
         frame = store.run_summaries()

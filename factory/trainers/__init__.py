@@ -72,11 +72,11 @@ _LAZY.update({
     "DetectorReport": "_hacking", "DetectorSettings": "_hacking", "DetectorStatus": "_hacking",
     "HackingDetector": "_hacking", "StepObservation": "_hacking", "plot_detector": "_hacking",
     "read_detector_log": "_hacking", "replay_detector": "_hacking", "reward_bins": "_hacking", "reward_kl": "_hacking",
-    "watch_rewards": "_hacking_callback",
+    "watch_rewards": "_hacking_callback", "compare_runs": "_hacking",
 })
 __all__ += [
     "DetectorReport", "DetectorSettings", "DetectorStatus", "HackingDetector", "StepObservation", "plot_detector",
-    "read_detector_log", "replay_detector", "reward_bins", "reward_kl", "watch_rewards",
+    "read_detector_log", "replay_detector", "reward_bins", "reward_kl", "watch_rewards", "compare_runs",
 ]
 
 __getattr__ = lazy_exports(__name__, _LAZY)

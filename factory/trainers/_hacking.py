@@ -571,3 +571,71 @@ def plot_detector(report: DetectorReport, path: Path, title: str,
     finally:
         plt.close(fig)
     return path
+
+
+class RunComparison(RecordPart):
+    """Whether a second run's final answers drifted from a first's: the detector's statistics between two forks.
+
+    Attributes:
+        run_a: The reference run.
+        run_b: The run compared with it.
+        branches: Branches with a final answer in each run, ``[a, b]``.
+        mean_length: Mean final-answer length in characters, ``[a, b]``.
+        length_z: ``(mean_b − mean_a) / sqrt(var_a/n_a + var_b/n_b)`` (None: too few branches).
+        length_kl: KL(a ‖ b) of the binned lengths (bins from run a), in nats.
+        mean_score: Mean verifier score per branch, ``[a, b]`` (None: no scores).
+        score_kl: KL(a ‖ b) of the binned verifier scores (None: no scores).
+        drifted: Whether run b drifted: ``length_z >= length_z`` or a KL above ``reward_kl``.
+        reasons: What said so, in words.
+    """
+
+    run_a: str
+    run_b: str
+    branches: list[int]
+    mean_length: list[float | None]
+    length_z: float | None
+    length_kl: float | None
+    mean_score: list[float | None]
+    score_kl: float | None
+    drifted: bool
+    reasons: list[str]
+
+
+def compare_runs(run_a: str, run_b: str, lengths: tuple[Sequence[float], Sequence[float]],
+                 scores: tuple[Sequence[float], Sequence[float]],
+                 settings: DetectorSettings | None = None) -> RunComparison:
+    """Compare two runs' final-answer lengths and verifier scores with the detector's statistics and thresholds.
+
+    Args:
+        run_a: The reference run's id.
+        run_b: The compared run's id.
+        lengths: Final-answer lengths of run a's and run b's branches.
+        scores: Verifier scores of run a's and run b's branches.
+        settings: The thresholds (``length_z``, ``reward_kl``, ``bins``, ``smoothing``).
+    """
+    s = settings or DetectorSettings()
+    a_len, b_len = (np.asarray(x, dtype=float) for x in lengths)
+    a_score, b_score = (_finite(x) for x in scores)
+    z = None
+    if a_len.size >= 2 and b_len.size >= 2:
+        spread = math.sqrt(a_len.var(ddof=1) / a_len.size + b_len.var(ddof=1) / b_len.size)
+        z = (b_len.mean() - a_len.mean()) / max(spread, 1e-9)
+    length_kl = (reward_kl(a_len, b_len, reward_bins(a_len, s.bins), s.smoothing)
+                 if a_len.size and b_len.size else None)
+    score_kl = (reward_kl(a_score, b_score, reward_bins(a_score, s.bins), s.smoothing)
+                if a_score.size and b_score.size else None)
+    reasons = []
+    if z is not None and z >= s.length_z:
+        reasons.append(f"final answers longer: z {z:.2f} >= {s.length_z:g}")
+    if length_kl is not None and length_kl > s.reward_kl:
+        reasons.append(f"length distribution moved: KL {length_kl:.3f} > {s.reward_kl:g}")
+    if score_kl is not None and score_kl > s.reward_kl:
+        reasons.append(f"verifier-score distribution moved: KL {score_kl:.3f} > {s.reward_kl:g}")
+
+    def mean(x: np.ndarray) -> float | None:
+        return float(x.mean()) if x.size else None
+
+    return RunComparison(run_a=run_a, run_b=run_b, branches=[int(a_len.size), int(b_len.size)],
+                         mean_length=[mean(a_len), mean(b_len)], length_z=z, length_kl=length_kl,
+                         mean_score=[mean(a_score), mean(b_score)], score_kl=score_kl, drifted=bool(reasons),
+                         reasons=reasons)
