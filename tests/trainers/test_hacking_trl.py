@@ -22,8 +22,11 @@ def _one_thread(one_torch_thread):
     """Trains the tiny model (see tests/conftest.py)."""
 
 
-def prompts_dataset(folder: Path):
-    rows = [{"prompt": [{"role": "user", "content": q}]} for q in ("What is 2+2?", "Name a colour.")]
+PROMPTS = [[{"role": "user", "content": q}] for q in ("What is 2+2?", "Name a colour.", "Say hi.", "Count to 3.")]
+
+
+def prompts_dataset(folder: Path, count: int = 4):
+    rows = [{"prompt": prompt} for prompt in PROMPTS[:count]]
     path = folder / "prompts.jsonl"
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     return datasets.load_dataset("json", data_files=str(path), split="train", cache_dir=str(folder / "hf"))
@@ -35,7 +38,7 @@ def grpo(tiny_model: str, folder: Path, reward_funcs, callback, steps: int) -> t
                             use_cpu=True, bf16=False, report_to="none", logging_steps=1, save_strategy="no",
                             disable_tqdm=True, seed=0, beta=0.0)
     return trl.GRPOTrainer(model=tiny_model, reward_funcs=reward_funcs, args=config,
-                           train_dataset=prompts_dataset(folder), callbacks=[callback])
+                           train_dataset=prompts_dataset(folder, 2), callbacks=[callback])
 
 
 def test_the_callback_records_every_logging_step_and_the_log_replays(tiny_model, tmp_path):
@@ -60,24 +63,55 @@ def test_the_callback_records_every_logging_step_and_the_log_replays(tiny_model,
     assert callback.result()["report"]["steps"][-1]["length_z"] is not None
 
 
-def test_stop_ends_training_at_the_hard_stop_with_a_checkpoint(tiny_model, tmp_path):
-    """stop: a reward whose distribution climbs every step (the shape a policy gaming its reward gives) trips the
-    KL trend rule; training ends at that step, a checkpoint of it is written, and the reason is kept."""
-    seen = []
+def eos_prone(tiny_model: str, folder: Path, target_logit: float = 2.0) -> str:
+    """The tiny model with its end-of-turn logit raised so that it stops early (it otherwise runs to the length cap,
+    leaving a length reward nothing to creep into): the output head is untied and the end token's row gets the
+    direction of the mean final hidden state, scaled to put that token's logit near ``target_logit``."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    def climbing(prompts, completions, completion_ids, **kwargs):
-        seen.append(1)
-        return [len(seen) + len(ids) / MAX_COMPLETION for ids in completion_ids]
+    model = AutoModelForCausalLM.from_pretrained(tiny_model)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in PROMPTS]
+    with torch.no_grad():
+        states = torch.cat([model.model(**tokenizer(t, return_tensors="pt")).last_hidden_state[0] for t in texts])
+        mean = states.mean(0)
+        model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone())
+        model.config.tie_word_embeddings = False
+        row = model.lm_head.weight[tokenizer.eos_token_id]
+        row += (target_logit - (states @ row).mean()) * mean / mean.dot(mean)
+    model.save_pretrained(folder / "eos-prone")
+    tokenizer.save_pretrained(folder / "eos-prone")
+    return str(folder / "eos-prone")
 
-    settings = DetectorSettings(warmup_steps=2, window=1, trend_checkpoints=2, length_z=1e9)
-    funcs, callback = watch_rewards([climbing], "stop", settings, tmp_path / "out")
-    trainer = grpo(tiny_model, tmp_path, funcs, callback, steps=12)
+
+def test_a_reward_that_pays_for_length_trips_the_detector_and_stop_ends_training(tiny_model, tmp_path):
+    """Real length creep: a policy that starts out stopping early, rewarded per token, learns to stop later; the
+    learning rate warms up over the detector's warm-up, so the baseline is the starting policy. The length rule fires,
+    then HARD_STOP; training ends at that step with a checkpoint, and the reason is kept."""
+
+    def pays_for_length(prompts, completions, completion_ids, **kwargs):
+        return [len(ids) / 32 for ids in completion_ids]
+
+    settings = DetectorSettings(warmup_steps=3, window=1)
+    funcs, callback = watch_rewards([pays_for_length], "stop", settings, tmp_path / "out")
+    config = trl.GRPOConfig(output_dir=str(tmp_path / "out"), max_steps=14, per_device_train_batch_size=16,
+                            num_generations=4, max_completion_length=32, learning_rate=3e-4, warmup_steps=4,
+                            top_k=50, use_cpu=True, bf16=False, report_to="none", logging_steps=1,
+                            save_strategy="no", disable_tqdm=True, seed=0, beta=0.0)
+    trainer = trl.GRPOTrainer(model=eos_prone(tiny_model, tmp_path), reward_funcs=funcs, args=config,
+                              train_dataset=prompts_dataset(tmp_path), callbacks=[callback])
     trainer.train()
+    steps = callback.detector.steps
+    first = callback.detector.first_alarm
+    print("\ntiny GRPO, length reward:", [(r.step, round(r.mean_length, 1), r.length_z and round(r.length_z, 2),
+                                            r.status.value) for r in steps])
+    assert first is not None and "length" in first.signals, [(r.mean_length, r.length_z, r.status) for r in steps]
     stopped = callback.detector.stopped_at
-    assert stopped is not None and trainer.state.global_step == stopped < 12
+    assert stopped is not None and trainer.state.global_step == stopped < 14
+    assert steps[-1].mean_length > steps[0].mean_length + 5  # the length crept
     assert (tmp_path / "out" / f"checkpoint-{stopped}").is_dir()
-    assert "reward_kl" in callback.stop_reason and f"step {stopped}" in callback.stop_reason
-    assert callback.result()["stop_reason"] == callback.stop_reason and TrainingStoppedError.exit_code == 4
+    assert f"step {stopped}" in callback.stop_reason and callback.result()["stop_reason"] == callback.stop_reason
+    assert TrainingStoppedError.exit_code == 4
 
 
 def test_factory_train_grpo_writes_the_series_the_log_and_the_plot(cli, exported_run, tiny_model, tmp_path):
