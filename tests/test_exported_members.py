@@ -58,6 +58,12 @@ PRIVATE_IMPORTS_IN_TESTS = {
                                                 "(JUnit node names, the NaN walk, verification in fresh sandboxes)",
     "tests/verifiers/test_warm.py": "counts the warm trusted runners an event loop's pool holds (internal to the "
                                     "isolated run), to check reuse and one runner per concurrent verification",
+    "tests/trainers/test_masks.py": "builds the DPO/KTO trainers (internal) on in-memory rows to compare losses and "
+                                    "gradients token by token with and without the assistant mask",
+    "tests/trainers/test_precision.py": "trains a bf16-loaded policy through the trainers' internals and counts the "
+                                        "trainable elements that moved (the movement probe is internal)",
+    "tests/trainers/test_lengths.py": "checks how over-long prompts are cut at message boundaries (internal to the "
+                                      "trainers' data preparation)",
     "tests/verifiers/test_scratch_guard.py": "runs the trusted bootstrap's scratch-area guard (internal to the "
                                              "isolation) in a fresh interpreter, since it replaces that process's open",
 }
