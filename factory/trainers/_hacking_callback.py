@@ -20,6 +20,7 @@ share of the completions; the main one's share is the sample).
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -75,13 +76,29 @@ class RewardRecorder:
         return [len(self.tokenizer(text, add_special_tokens=False)["input_ids"]) for text in texts]
 
     def wrap(self, func: Callable[..., list[float | None]], name: str) -> Callable[..., list[float | None]]:
-        """``func`` with TRL's reward signature, recording each call; the same ``__name__`` (TRL logs by it)."""
+        """``func`` with TRL's reward signature, recording each call; the same ``__name__`` (TRL logs by it).
+
+        An async reward function stays async (TRL runs those concurrently).
+        """
+
+        def record(completions: list[Any], kwargs: dict[str, Any], rewards: list[float | None]) -> None:
+            lengths = self._lengths(completions, kwargs.get("completion_ids"))
+            self._calls[name].append((lengths, [None if r is None else float(r) for r in rewards]))
+
+        if inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(type(func).__call__):
+            @functools.wraps(func)
+            async def recorded_async(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float | None]:
+                rewards = await func(prompts=prompts, completions=completions, **kwargs)
+                record(completions, kwargs, rewards)
+                return rewards
+
+            recorded_async.__name__ = name
+            return recorded_async
 
         @functools.wraps(func)
         def recorded(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float | None]:
             rewards = func(prompts=prompts, completions=completions, **kwargs)
-            lengths = self._lengths(completions, kwargs.get("completion_ids"))
-            self._calls[name].append((lengths, [None if r is None else float(r) for r in rewards]))
+            record(completions, kwargs, rewards)
             return rewards
 
         recorded.__name__ = name

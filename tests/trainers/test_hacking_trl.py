@@ -134,3 +134,28 @@ def test_factory_train_grpo_writes_the_series_the_log_and_the_plot(cli, exported
               "--hacking-detector", "off", "--json")
     assert off.exit_code == 0 and "hacking_detector" not in json.loads(off.stdout)["metrics"]
     assert not (tmp_path / "off" / "hacking_log.jsonl").exists()
+
+
+def test_the_recorder_weighs_the_functions_into_the_total_and_keeps_each(tmp_path):
+    """Two reward functions (one async, one leaving a completion unscored), TRL's weights: the total is the weighted
+    sum of what was scored, and each function's rewards are kept."""
+    import asyncio
+
+    def correct(prompts, completions, **kwargs):
+        return [1.0, None, 0.0]
+
+    async def brief(prompts, completions, **kwargs):
+        return [0.5, 0.5, None]
+
+    funcs, callback = watch_rewards([correct, brief], "warn", DetectorSettings(), tmp_path, weights=[1.0, 2.0])
+    ids = [[1, 2, 3], [4], [5, 6]]
+    assert funcs[0](prompts=["p"] * 3, completions=["a", "b", "c"], completion_ids=ids) == [1.0, None, 0.0]
+    assert asyncio.run(funcs[1](prompts=["p"] * 3, completions=["a", "b", "c"], completion_ids=ids)) == [0.5, 0.5, None]
+    assert [f.__name__ for f in funcs] == ["correct", "brief"]
+    observation = callback.recorder.drain(step=7)
+    assert observation.step == 7 and observation.lengths == [3, 1, 2]
+    assert observation.rewards == [2.0, 1.0, 0.0]
+    assert observation.rewards_by_function == {"correct": [1.0, None, 0.0], "brief": [0.5, 0.5, None]}
+    assert callback.recorder.drain(step=8) is None  # nothing generated since
+    unwatched, none = watch_rewards([correct], "off", DetectorSettings(), tmp_path)
+    assert unwatched == [correct] and none is None
