@@ -179,6 +179,7 @@ CATALOGUE: dict[str, Case] = {
     # ---- runs, query, db
     "runs-no-store": Case("runs --db {missing}.duckdb", 1, "no database at"),
     "runs-not-a-store": Case("runs --db {files}/not-a-store.duckdb", 1, "it is not a valid DuckDB database file"),
+    "runs-compare-unknown-run": Case("runs --db {db} --compare r1 NOSUCH", 2, "--compare: no run 'NOSUCH'"),
     "query-syntax": Case("query 'SELEC 1' --db {db}", 2, "Parser Error"),
     "query-unknown-table": Case("query 'SELECT * FROM nosuch' --db {db}", 2, "Table with name nosuch does not exist"),
     "query-unknown-format": Case("query 'SELECT 1' --db {db} --format xml", 2, "'--format': 'xml' is not one of"),
@@ -319,6 +320,9 @@ CATALOGUE: dict[str, Case] = {
                                      "--config {files}/config.yaml", 2, "config.yaml:2: field 'betta'"),
     "train-unknown-trainer": Case("train ppo --data {files}/dpo.jsonl --output {out}/t", 2,
                                   "No such command 'ppo'"),
+    "train-detect-bad-line": Case("train detect {files}/tasks.jsonl", 2, "tasks.jsonl:1: field"),
+    "train-detect-bad-mode": Case("train grpo --data {files}/dpo.jsonl --output {out}/t --hacking-detector loud", 2,
+                                  "'loud' is not one of 'off', 'warn', 'stop'"),
     "train-output-is-a-file": Case("train dpo --data {files}/dpo.jsonl --output {files}/tasks.jsonl/t", 2,
                                    "--output: {files}/tasks.jsonl is not a folder"),
     # ---- memory
