@@ -208,6 +208,13 @@ CATALOGUE: dict[str, Case] = {
     "tasks-bad-yaml": Case("tasks validate {files}/bad.yaml", 2, "bad.yaml:4: invalid YAML: expected ',' or ']'",
                            lines=2),
     "tasks-missing-file": Case("tasks validate {missing}.jsonl", 2, "cannot read file", lines=2),
+    "tasks-import-unknown-format": Case("tasks import nosuch {files}/tasks.jsonl --out {out}/t.jsonl", 2,
+                                        "unknown task format 'nosuch'"),
+    "tasks-import-missing-source": Case("tasks import gsm8k {missing}.jsonl --out {out}/t.jsonl", 2,
+                                        "no such file or folder", lines=2),
+    "tasks-import-bad-row": Case("tasks import gsm8k {files}/tasks.jsonl --out {out}/t.jsonl --no-check", 2,
+                                 "tasks.jsonl:1: field 'question': required column is missing", lines=2),
+    "view-no-store": Case("view --db {missing}.duckdb --bundle {out}/site", 1, "no database at"),
     "tasks-check-no-reference-solution": Case("tasks check {files}/tasks.jsonl", 2,
                                               "tasks.jsonl has a reference solution: add a `solution` field"),
     "tasks-check-solutions-unknown-id": Case(

@@ -12,8 +12,8 @@ from typing import Any
 
 import click
 
-from factory.cli._options import FiniteFloat, check_writable, dump_json, json_option
 from factory.cli._detect import detector_outcome
+from factory.cli._options import FiniteFloat, check_writable, dump_json, json_option
 from factory.trainers import CONFIG_FIELDS, FieldDoc
 
 __all__ = ["train"]

@@ -63,8 +63,8 @@ class GRPOConfig(TrainerSettings, trl.GRPOConfig):
     hacking_reward_kl: float = field(default=0.15, metadata={
         "help": "The detector's trend rule: KL(warm-up rewards || current) above this, in nats..."})
     hacking_trend: int = field(default=3, metadata={
-        "help": "... without a fall for this many logging steps in a row (also the steps in a row one rule must fire for "
-                "HARD_STOP)."})
+        "help": "... without a fall for this many logging steps in a row (also the steps in a row one rule must "
+                "fire for HARD_STOP)."})
 
     def detector_settings(self) -> DetectorSettings:
         """The reward-hacking detector's thresholds from this config."""
