@@ -389,7 +389,7 @@ def _without_solution(spec: str) -> str:
     if "solution" not in data:
         return spec
     data.pop("solution")
-    return json.dumps(data, sort_keys=True)
+    return json.dumps(data)  # as the store wrote it (key order kept): the same task, the same spec text
 
 
 def _spec_json(spec: str, key: str) -> str | None:
