@@ -26,7 +26,7 @@ from factory.tasks._importers import TASK_IMPORTERS, Importer, RowError, list_fi
 from factory.tasks._sources import Source
 
 __all__ = ["GSM8KImporter", "HumanEvalImporter", "MBPPImporter", "MappedImporter", "MathImporter",
-           "gsm8k_answer", "math_answer"]
+           "gsm8k_answer", "math_answer", "top_level_names"]
 
 SOLUTION_FILE = "solution.py"
 
@@ -38,7 +38,7 @@ def _parse(code: str, column: str) -> ast.Module:
         raise RowError(column, f"not valid Python: {exc.msg} (line {exc.lineno})") from exc
 
 
-def _top_level_names(module: ast.Module) -> dict[str, ast.stmt]:
+def top_level_names(module: ast.Module) -> dict[str, ast.stmt]:
     """Names a module binds at top level by def, class or assignment (not imports)."""
     names: dict[str, ast.stmt] = {}
     for node in module.body:
@@ -71,7 +71,7 @@ def _used_names(*modules: ast.AST) -> set[str]:
 def _test_header(solution: ast.Module, tests: list[ast.Module], must: set[str] = frozenset()) -> str:
     """Imports a test file needs from the solution (by name) and the solution's own imports it uses."""
     used = _used_names(*tests) | set(must)
-    own = sorted(name for name in _top_level_names(solution) if name in used)
+    own = sorted(name for name in top_level_names(solution) if name in used)
     statements = sorted({ast.unparse(node) for name, node in _imports(solution).items() if name in used})
     lines = [*statements]
     if own:
@@ -98,10 +98,10 @@ class HumanEvalImporter(Importer):
         test = text_field(row, "test")
         canonical = text_field(row, "canonical_solution", required=False, blank=True)
         stub = _parse(prompt, "prompt")
-        if entry not in _top_level_names(stub) or not isinstance(_top_level_names(stub)[entry], ast.FunctionDef):
+        if entry not in top_level_names(stub) or not isinstance(top_level_names(stub)[entry], ast.FunctionDef):
             raise RowError("entry_point", f"the prompt defines no function '{entry}'")
         test_module = _parse(test, "test")
-        check = _top_level_names(test_module).get("check")
+        check = top_level_names(test_module).get("check")
         if not isinstance(check, ast.FunctionDef) or len(check.args.args) != 1:
             raise RowError("test", "expected a top-level def check(candidate)")
         solution = None
@@ -161,7 +161,7 @@ class MBPPImporter(Importer):
         parsed = [_parse(t, f"test_list.{i}") for i, t in enumerate(tests)]
         hidden = [_parse(t, f"challenge_test_list.{i}") for i, t in enumerate(challenge)]
         setup_module = _parse(setup, "test_setup_code")
-        defined = _top_level_names(solution)
+        defined = top_level_names(solution)
         called = [node.func.id for module in parsed for node in ast.walk(module)
                   if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in defined]
         if not called:

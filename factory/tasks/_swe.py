@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from factory.tasks._formats import top_level_names
 from factory.tasks._importers import TASK_IMPORTERS, Importer, RowError, list_field, safe_id, text_field
 from factory.tasks._sources import Source, iter_text_files
 
@@ -225,18 +226,6 @@ def _decode(members: dict[str, bytes]) -> tuple[dict[str, str], list[str]]:
     return text, binary
 
 
-def _defined(module: ast.Module) -> dict[str, ast.AST]:
-    names: dict[str, ast.AST] = {}
-    for node in module.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names[node.name] = node
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
-                if isinstance(target, ast.Name):
-                    names[target.id] = node
-    return names
-
-
 def _check_test_id(test_id: str, files: Mapping[str, str], column: str) -> str:
     """The file a pytest node id runs in, or a :class:`RowError` naming the id."""
     if "::" not in test_id:
@@ -254,7 +243,7 @@ def _check_test_id(test_id: str, files: Mapping[str, str], column: str) -> str:
     for depth, name in enumerate(names):
         bare = name.split("[", 1)[0]
         body = scope.body if isinstance(scope, (ast.Module, ast.ClassDef)) else []
-        found = _defined(ast.Module(body=body, type_ignores=[])).get(bare)
+        found = top_level_names(ast.Module(body=body, type_ignores=[])).get(bare)
         if found is None:
             inherited = isinstance(scope, ast.ClassDef) and scope.bases and depth == len(names) - 1
             if inherited:  # a test method may come from a base class defined elsewhere
