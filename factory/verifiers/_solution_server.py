@@ -77,6 +77,8 @@ if __name__ != "__main__":  # imported on the host (tests); in the sandbox _wire
         Shared,
         WireError,
         WorkspaceFiles,
+        annotation_of,
+        annotation_text,
         container_states,
         cwd_from_wire,
         decode_item,
@@ -639,46 +641,12 @@ class _SignatureDescriptor:
 _SIGNATURE_DESCRIPTOR = _SignatureDescriptor()
 
 
-class _AnnotationText(str):
-    """An annotation that crossed as text: shown as the name it is (``x: int``), not as a quoted string."""
-
-    __slots__ = ()
-
-    def __repr__(self):
-        return str(self)
-
-
 def _plain_value(value, depth=0):
     """Whether ``value`` is immutable plain data (a default the trusted side may show as its own copy)."""
     if value is None or type(value) in (bool, int, float, complex, str, bytes):
         return type(value) not in (str, bytes) or len(value) <= 10_000
     return type(value) in (tuple, frozenset) and depth < 3 and len(value) <= 50 and all(
         _plain_value(item, depth + 1) for item in value)
-
-
-def _annotation_text(annotation):
-    """An annotation as text (None when there is none); a builtin class as ``{"bi": name}``, itself on the other
-    side (``sig.return_annotation == str``)."""
-    import inspect
-
-    if annotation is inspect.Parameter.empty:
-        return None
-    if type(annotation) is type and getattr(builtins, annotation.__name__, None) is annotation \
-            and not issubclass(annotation, BaseException):
-        return {"bi": annotation.__name__}
-    return str(annotation if type(annotation) is str else inspect.formatannotation(annotation))[:200]
-
-
-def _annotation_of(described, empty):
-    """The annotation :func:`_annotation_text` described (on either side): text, or a builtin class; else
-    ``empty``."""
-    if type(described) is str:
-        return _AnnotationText(described[:200])
-    if type(described) is dict and len(described) == 1 and type(described.get("bi")) is str:
-        found = getattr(builtins, described["bi"], None)
-        if type(found) is type and not issubclass(found, BaseException):
-            return found
-    return empty
 
 
 def _signature_of(described, decode):
@@ -692,9 +660,9 @@ def _signature_of(described, decode):
         parameters = [inspect.Parameter(name, inspect._ParameterKind(kind),
                                         default=empty if not state else _HIDDEN_DEFAULT if state == 2
                                         else decode(default),
-                                        annotation=_annotation_of(annotation, empty))
+                                        annotation=annotation_of(annotation, empty))
                       for name, kind, state, default, annotation in params]
-        return inspect.Signature(parameters, return_annotation=_annotation_of(returns, inspect.Signature.empty))
+        return inspect.Signature(parameters, return_annotation=annotation_of(returns, inspect.Signature.empty))
     except (TypeError, ValueError, WireError) as exc:
         raise ValueError(f"the test's callable has no signature that crosses ({exc})") from None
 
@@ -734,7 +702,7 @@ def _mirror_function(server, key, described):
             return None
         text, parameters, defaults, kwdefaults = made
         names, kinds = [p[0] for p in parameters], [p[1] for p in parameters]
-        annotations = {p[0]: _annotation_of(p[4], None) for p in parameters if _annotation_of(p[4], None) is not None}
+        annotations = {p[0]: annotation_of(p[4], None) for p in parameters if annotation_of(p[4], None) is not None}
         flags = described.get("flags")
         call = f"_factory_forward(({''.join(n + ', ' for n in names)}))"
         body = {"gen": f"yield from {call}", "coro": f"return await {call}"}.get(flags, f"return {call}")
@@ -766,8 +734,8 @@ def _mirror_function(server, key, described):
         made = namespace["_factory_mirror"]
         made.__defaults__ = tuple(defaults) or None
         made.__kwdefaults__ = kwdefaults or None
-        if _annotation_of(described.get("ret"), None) is not None:
-            annotations["return"] = _annotation_of(described["ret"], None)
+        if annotation_of(described.get("ret"), None) is not None:
+            annotations["return"] = annotation_of(described["ret"], None)
         made.__annotations__ = annotations
         for attribute in ("name", "qualname", "module", "doc"):
             value = described.get(attribute)
@@ -1155,12 +1123,12 @@ class SolutionServer(Endpoint):
                     return None
                 params.append([p.name, int(p.kind), p.default is not p.empty,
                                None if p.default is p.empty else self.encode(p.default),
-                               _annotation_text(p.annotation)])
+                               annotation_text(p.annotation)])
             doc = function.__doc__
             self.described[key] = {
                 "name": str(function.__name__), "qualname": qualname, "module": str(function.__module__),
                 "doc": doc[:20_000] if type(doc) is str else None, "params": params,
-                "ret": _annotation_text(signature.return_annotation),
+                "ret": annotation_text(signature.return_annotation),
                 "code": [str(code.co_filename)[:500], int(code.co_firstlineno)]}
         except Exception:  # (anything odd about it: a handle, as before)
             return None
@@ -1724,8 +1692,8 @@ class SolutionServer(Endpoint):
 
             signature = inspect.signature(target)
             return [[[p.name, int(p.kind), p.default is not p.empty, None if p.default is p.empty else p.default,
-                      _annotation_text(p.annotation)] for p in signature.parameters.values()],
-                    _annotation_text(signature.return_annotation)]
+                      annotation_text(p.annotation)] for p in signature.parameters.values()],
+                    annotation_text(signature.return_annotation)]
         if op == "owndict":  # a module's or class's own namespace: one entry, or its names
             namespace = vars(target)
             if request.get("name") is None:

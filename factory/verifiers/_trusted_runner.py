@@ -180,6 +180,8 @@ if __name__ != "__main__":  # imported on the host (tests); in the sandbox _wire
         Shared,
         WireError,
         WorkspaceFiles,
+        annotation_of,
+        annotation_text,
         container_states,
         cwd_to_wire,
         decode_item,
@@ -567,27 +569,6 @@ def _no_reverse(value):
     return None
 
 
-class _AnnotationText(str):
-    """An annotation that crossed as text: shown as the name it is (``x: int``), not as a quoted string."""
-
-    __slots__ = ()
-
-    def __repr__(self):
-        return str(self)
-
-
-def _annotation_of(described, empty):
-    """The annotation :func:`_annotation_text` described (on either side): text, or a builtin class; else
-    ``empty``."""
-    if type(described) is str:
-        return _AnnotationText(described[:200])
-    if type(described) is dict and len(described) == 1 and type(described.get("bi")) is str:
-        found = getattr(builtins, described["bi"], None)
-        if type(found) is type and not issubclass(found, BaseException):
-            return found
-    return empty
-
-
 def _plain_default(value, depth=0):
     """Whether a test function's default may cross to its mirror: immutable plain data only (a mutable default
     is one object the function may change; anything else stays on the trusted side)."""
@@ -595,20 +576,6 @@ def _plain_default(value, depth=0):
         return type(value) not in (str, bytes) or len(value) <= 10_000
     return type(value) in (tuple, frozenset) and depth < 3 and len(value) <= 50 and all(
         _plain_default(item, depth + 1) for item in value)
-
-
-def _annotation_text(annotation):
-    """An annotation as text (None when there is none): what it names, never the object; a builtin class as
-    ``{"bi": name}``, the other side's own class of that name (a mirror's ``__annotations__``)."""
-    import inspect
-
-    if annotation is inspect.Parameter.empty:
-        return None
-    if type(annotation) is type and getattr(builtins, annotation.__name__, None) is annotation \
-            and not issubclass(annotation, BaseException):
-        return {"bi": annotation.__name__}
-    text = annotation if type(annotation) is str else inspect.formatannotation(annotation)
-    return str(text)[:200]
 
 
 #: The standard streams whose current object the solution's ``sys`` mirrors during a call.
@@ -1499,7 +1466,7 @@ class SolutionClient(Endpoint):
                 state, default = 1, self.encode(param.default)
             else:
                 state, default = 2, None
-            params.append([param.name, int(param.kind), state, default, _annotation_text(param.annotation)])
+            params.append([param.name, int(param.kind), state, default, annotation_text(param.annotation)])
         return params
 
     def describe_function(self, key, function):
@@ -1522,7 +1489,7 @@ class SolutionClient(Endpoint):
         own = getattr(function, "__func__", function)
         try:  # (each time it crosses: a test may set __signature__ or __wrapped__ on it in between)
             signature = inspect.signature(function)
-            now = {"params": self.signature_data(signature, own), "ret": _annotation_text(signature.return_annotation)}
+            now = {"params": self.signature_data(signature, own), "ret": annotation_text(signature.return_annotation)}
         except (TypeError, ValueError) as exc:
             if described is None:  # no mirror: a handle, whose signature the solution asks for (and gets this error)
                 return None
@@ -1782,7 +1749,7 @@ class SolutionClient(Endpoint):
                     return "descriptor"
             signature = inspect.signature(target)  # (its TypeError or ValueError is the solution's answer)
             return [self.signature_data(signature, getattr(target, "__func__", target)),
-                    _annotation_text(signature.return_annotation)]
+                    annotation_text(signature.return_annotation)]
         if op == "iter":
             return iter(target)
         if op == "next":
@@ -3014,9 +2981,9 @@ def _remote_signature(remote):
         empty = inspect.Parameter.empty
         parameters = [inspect.Parameter(
             str(name), inspect._ParameterKind(kind), default=default if has_default is True else empty,
-            annotation=_annotation_of(annotation, empty))
+            annotation=annotation_of(annotation, empty))
             for name, kind, has_default, default, annotation in params[:255]]
-        return inspect.Signature(parameters, return_annotation=_annotation_of(returns, inspect.Signature.empty))
+        return inspect.Signature(parameters, return_annotation=annotation_of(returns, inspect.Signature.empty))
     except (TypeError, ValueError) as exc:
         raise ValueError(f"the solution described a malformed signature for {remote._factory_describe()}: "
                          f"{str(exc)[:200]}") from None
@@ -3565,7 +3532,7 @@ def _solution_function(client, remote, described):
         text, parameters, defaults, kwdefaults = made
         names, kinds = [p[0] for p in parameters], [p[1] for p in parameters]
         own = {p[0]: p[3] for p in parameters if p[2]}  # name -> the mirror's default (left out when passed back)
-        annotations = {p[0]: _annotation_of(p[4], None) for p in parameters if _annotation_of(p[4], None) is not None}
+        annotations = {p[0]: annotation_of(p[4], None) for p in parameters if annotation_of(p[4], None) is not None}
         source = (f"def _factory_make(_factory_forward):\n    def _factory_mirror({text}):\n"
                   f"        return _factory_forward(({''.join(n + ', ' for n in names)}))\n"
                   "    return _factory_mirror\n")
@@ -3616,8 +3583,8 @@ def _solution_function(client, remote, described):
                                                          co_firstlineno=max(1, min(line, 10_000_000))),
                                   globals(), name, tuple(defaults) or None, inner.__closure__)
         made.__kwdefaults__ = kwdefaults or None
-        if _annotation_of(described.get("ret"), None) is not None:
-            annotations["return"] = _annotation_of(described["ret"], None)
+        if annotation_of(described.get("ret"), None) is not None:
+            annotations["return"] = annotation_of(described["ret"], None)
         made.__annotations__ = annotations
         for attribute, limit in (("qualname", 500), ("module", 200), ("doc", 20_000)):
             value = described.get(attribute)

@@ -66,7 +66,8 @@ import sys
 import threading
 import time
 
-__all__ = ["MAX_DEPTH", "MAX_FRAME", "MAX_NESTING", "PLAIN_SCALARS", "Channel", "CoroutineFace", "Endpoint", "Refs",
+__all__ = ["MAX_DEPTH", "MAX_FRAME", "MAX_NESTING", "PLAIN_SCALARS", "AnnotationText", "Channel", "CoroutineFace",
+           "Endpoint", "Refs", "annotation_of", "annotation_text",
            "Shared", "WireError", "WorkspaceFiles", "container_states", "cwd_from_wire", "cwd_to_wire",
            "decode_item", "decode_value", "encode_item", "encode_value", "mirror_name_allowed", "parameters_from",
            "states_of",
@@ -88,6 +89,42 @@ _PATHS = {"pp": pathlib.PurePosixPath, "pw": pathlib.PureWindowsPath, "cp": path
 _ZONE_KEY = re.compile(r"^[A-Za-z0-9_+\-]+(/[A-Za-z0-9_+\-]+)*$")
 _BUILTINS_NAMESPACE = vars(builtins)
 _KEYS_VIEW, _VALUES_VIEW, _ITEMS_VIEW = type({}.keys()), type({}.values()), type({}.items())
+
+
+class AnnotationText(str):
+    """An annotation that crossed as text: shown as the name it is (``x: int``), not as a quoted string."""
+
+    __slots__ = ()
+
+    def __repr__(self):
+        return str(self)
+
+
+def annotation_text(annotation):
+    """An annotation as it crosses (None when there is none): the text it names, never the object; a builtin
+    class as ``{"bi": name}``, the other side's own class of that name (``sig.return_annotation == str``, a
+    mirror's ``__annotations__``)."""
+    import inspect
+
+    if annotation is inspect.Parameter.empty:
+        return None
+    if type(annotation) is type and getattr(builtins, annotation.__name__, None) is annotation \
+            and not issubclass(annotation, BaseException):
+        return {"bi": annotation.__name__}
+    text = annotation if type(annotation) is str else inspect.formatannotation(annotation)
+    return str(text)[:200]
+
+
+def annotation_of(described, empty):
+    """The annotation :func:`annotation_text` described (on either side): text, or a builtin class; else
+    ``empty``."""
+    if type(described) is str:
+        return AnnotationText(described[:200])
+    if type(described) is dict and len(described) == 1 and type(described.get("bi")) is str:
+        found = getattr(builtins, described["bi"], None)
+        if type(found) is type and not issubclass(found, BaseException):
+            return found
+    return empty
 
 
 #: The working directory's workspace part, as it crosses: ``@ws`` or ``@ws/REL``.
