@@ -74,16 +74,21 @@ _SHARED: dict[str, FieldDoc] = {
                               "save_steps)."),
 }
 
+#: The row-length and loss-mask options DPO and KTO share (both train on conversational preference rows).
+_PREFERENCE_ROWS: dict[str, FieldDoc] = {
+    "max_length": FieldDoc(None, "Longest row in tokens (prompt + completion); longer prompts are cut from the "
+                                 "left at message boundaries, keeping the system message, the task prompt and "
+                                 "the latest turns (default: the longest row, up to the model's context)."),
+    "allow_unmasked": FieldDoc(False, "Where the chat template cannot mark the assistant's turns, train on every "
+                                      "completion token (tool results included) instead of stopping; recorded in "
+                                      "train_result.json."),
+}
+
 #: Per trainer, the option fields its config documents its own way (or alone has).
 _OWN: dict[str, dict[str, FieldDoc]] = {
     "dpo": {
         "learning_rate": FieldDoc(1e-06, "The initial learning rate for AdamW."),
-        "max_length": FieldDoc(None, "Longest row in tokens (prompt + completion); longer prompts are cut from the "
-                                     "left at message boundaries, keeping the system message, the task prompt and "
-                                     "the latest turns (default: the longest row, up to the model's context)."),
-        "allow_unmasked": FieldDoc(False, "Where the chat template cannot mark the assistant's turns, train on every "
-                                          "completion token (tool results included) instead of stopping; recorded in "
-                                          "train_result.json."),
+        **_PREFERENCE_ROWS,
     },
     "grpo": {
         "learning_rate": FieldDoc(1e-06, "The initial learning rate for AdamW."),
@@ -98,12 +103,7 @@ _OWN: dict[str, dict[str, FieldDoc]] = {
     },
     "kto": {
         "learning_rate": FieldDoc(1e-06, "The initial learning rate for AdamW."),
-        "max_length": FieldDoc(None, "Longest row in tokens (prompt + completion); longer prompts are cut from the "
-                                     "left at message boundaries, keeping the system message, the task prompt and "
-                                     "the latest turns (default: the longest row, up to the model's context)."),
-        "allow_unmasked": FieldDoc(False, "Where the chat template cannot mark the assistant's turns, train on every "
-                                          "completion token (tool results included) instead of stopping; recorded in "
-                                          "train_result.json."),
+        **_PREFERENCE_ROWS,
     },
     "reward": {
         "learning_rate": FieldDoc(0.0001, "The initial learning rate for AdamW."),
