@@ -191,6 +191,47 @@ MIGRATIONS: tuple[Migration, ...] = (
         );
         """,
     ),
+    Migration(
+        "0007_artifacts",
+        """
+        -- Files a command wrote from a run's data (rank and power plots, export folders, trained models),
+        -- recorded so `factory view` can show them beside the run. The file stays where the user put it;
+        -- this row points at it, with the hash it had when written (a later change is visible as a mismatch).
+        CREATE TABLE artifacts (
+            artifact_id  VARCHAR PRIMARY KEY,
+            run_id       VARCHAR,
+            kind         VARCHAR NOT NULL,
+            path         VARCHAR NOT NULL,
+            sha256       VARCHAR,
+            meta         JSON,
+            created_at   TIMESTAMP NOT NULL
+        );
+        """,
+    ),
+    Migration(
+        "0008_feedback",
+        """
+        -- Turn- and span-level feedback on a branch's trajectory (hints and polarities), from users,
+        -- verifiers, judges and the monitor; proposals wait for a user's accept or override.
+        -- turn: the assistant turn index; span_start/span_end: a message range [start, end).
+        CREATE TABLE feedback (
+            feedback_id  VARCHAR PRIMARY KEY,
+            run_id       VARCHAR NOT NULL,
+            task_id      VARCHAR NOT NULL,
+            branch_index INTEGER NOT NULL,
+            turn         INTEGER,
+            span_start   INTEGER,
+            span_end     INTEGER,
+            polarity     VARCHAR NOT NULL,
+            hint         VARCHAR,
+            source       VARCHAR NOT NULL,
+            status       VARCHAR NOT NULL,
+            note         VARCHAR,
+            evidence     JSON,
+            created_at   TIMESTAMP NOT NULL
+        );
+        """,
+    ),
 )
 
 _LEDGER = """
