@@ -4,7 +4,7 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-EXTRAS ?= dev,local,openai,anthropic,docker,plot,view,memory,memory-ann,train
+EXTRAS ?= dev,local,openai,anthropic,docker,plot,view,memory,memory-ann,train,ray
 # The embedded engine: llama-cpp-python, pinned (pyproject's `local` extra pins the same
 # version), built here as a wheel once per build kind and installed from it.
 # `portable` (the default) never uses -march=native: a native build on a CPU that
