@@ -54,9 +54,11 @@ def _format_command(name: str) -> click.Command:
                                 conversational=conversational == "conversational", length_balance=length_balance,
                                 top_confidence=top_confidence, dedupe=dedupe, sft_all_passing=all_passing)
         check_writable(out.parent, "--out")
-        with Store.open(resolve_db(db), read_only=True) as store:
+        path = resolve_db(db)
+        with Store.open(path, read_only=True) as store:
             result = do_export(store, name, _split_runs(run_id, runs), out, options, rolling=rolling)
         manifest = result.manifest.document()  # as written to the manifest file
+        _record(path, result, manifest)
         if as_json:
             click.echo(dump_json({"path": str(result.path), "manifest_path": str(result.manifest_path),
                                   "card_path": str(result.card_path),
@@ -105,6 +107,19 @@ def _format_command(name: str) -> click.Command:
     for param in reversed(params):
         command = param(command)
     return click.command(name=name, help=FORMAT_HELP[name])(command)
+
+
+def _record(db: Path, result, manifest: dict[str, Any]) -> None:
+    """Record the export (data file, manifest, dataset card, side files, with their hashes) under each run."""
+    from factory.cli._artifacts import record_outputs
+    from factory.store import artifact_rows, companion, utc_now
+
+    files = [companion("manifest", result.manifest_path), companion("dataset card", result.card_path),
+             *(companion(tag, extra) for tag, extra in result.extra_paths.items())]
+    meta = {"format": manifest["format"], "rows": manifest.get("rows"), "out_dir": str(result.path.parent.resolve()),
+            "files": [f for f in files if f is not None], "manifest": manifest}
+    record_outputs(db, f"the export {result.path}", lambda store: artifact_rows(
+        manifest.get("run_ids") or [], "export", result.path, meta, created_at=utc_now()))
 
 
 def _print(result) -> None:

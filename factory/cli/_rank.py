@@ -82,6 +82,12 @@ def rank(run_id: str, db: Path | None, judge_pairs: int, judge_spec: str | None,
                 plot_strengths([vars(r) for r in result.ranked], outputs.stage(plot),
                                f"run {run_id}: strengths within each task")
             store.replace_rankings(run_id, [r.row(run_id) for r in result.ranked])
+        if plot is not None:  # in place now: recorded so `factory view` shows it with the ranking it drew
+            from factory.cli._artifacts import record_with
+            from factory.store import artifact_rows, utc_now
+
+            record_with(store, f"the plot {plot}", lambda: artifact_rows(
+                [run_id], "rank_plot", plot, _ranking_meta(result, bootstrap, excluded), created_at=utc_now()))
     if as_json:
         click.echo(dump_json({"run_id": run_id, **result.to_dict(), "excluded": excluded,
                               "boundary_limited": boundary, "plot": str(plot) if plot else None}))
@@ -91,6 +97,13 @@ def rank(run_id: str, db: Path | None, judge_pairs: int, judge_spec: str | None,
     _print_excluded(excluded)
     if plot is not None:
         click.echo(f"plot: {plot}")
+
+
+def _ranking_meta(result, bootstrap: int, excluded: dict) -> dict:
+    """What a rank plot's artifact row says of the ranking it drew: the summary `factory rank` prints."""
+    tasks = {r.task_id for r in result.ranked}
+    return {"branches": len(result.ranked), "tasks": len(tasks), "bootstrap": bootstrap,
+            "infra_failures": excluded.get("infra_failures", 0), "stats": result.stats}
 
 
 def _print_boundary(boundary: dict) -> None:
@@ -241,6 +254,7 @@ def power(db: Path | None, runs: tuple[str, str] | None, run_id: str | None, fie
                  "low": report.ci_b[0], "high": report.ci_b[1]},
             ], outputs.stage(plot), f"{paired.label_a} vs {paired.label_b}, paired by task and branch (n={report.n})",
                 verdict)
+    _record_power(path, runs or (run_id,), report, verdict, paired, chosen, excluded, field, plot)
     if as_json:
         click.echo(dump_json({**report.to_dict(), "verdict": verdict, "arm_a": paired.label_a,
                               "arm_b": paired.label_b, "selection": chosen.to_dict() if chosen else None,
@@ -261,3 +275,20 @@ def power(db: Path | None, runs: tuple[str, str] | None, run_id: str | None, fie
             click.echo(f"plot: {plot}")
     if check and not report.evidence:
         raise SystemExit(1)
+
+
+def _record_power(db: Path, run_ids: tuple[str, ...], report, verdict: str, paired, chosen, excluded: dict,
+                  field: str | None, plot: Path | None) -> None:
+    """Record the comparison (its verdict and numbers, and its plot if any) under each run it drew on.
+
+    The same comparison (the same runs and arms) made again updates its row, with or without a plot.
+    """
+    from factory.cli._artifacts import record_outputs
+    from factory.store import artifact_rows, utc_now
+
+    meta = {**report.to_dict(), "verdict": verdict, "arm_a": paired.label_a, "arm_b": paired.label_b,
+            "runs": list(run_ids), "by": field, "selection": chosen.to_dict() if chosen else None,
+            "excluded": excluded}
+    key = ["power", list(run_ids), field, paired.label_a, paired.label_b]
+    record_outputs(db, "the power verdict" + (f" and its plot {plot}" if plot is not None else ""),
+                   lambda store: artifact_rows(run_ids, "power", plot, meta, key=key, created_at=utc_now()))

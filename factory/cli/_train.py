@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from factory.cli._detect import detector_outcome
-from factory.cli._options import FiniteFloat, check_writable, dump_json, json_option
+from factory.cli._options import FiniteFloat, check_writable, dump_json, json_option, resolve_db
 from factory.trainers import CONFIG_FIELDS, FieldDoc
 
 __all__ = ["train"]
@@ -146,7 +146,8 @@ def _command(name: str, summary: str) -> click.Command:
     docs = CONFIG_FIELDS.get(name, {})
     options = [option for option in _FIELD_OPTIONS if option.field in docs]
 
-    def run(config_file: Path | None, settings: tuple[str, ...], as_json: bool, **given_fields: Any) -> None:
+    def run(config_file: Path | None, settings: tuple[str, ...], as_json: bool, db: Path | None,
+            **given_fields: Any) -> None:
         from factory.errors import ConfigError
         from factory.trainers import load_trainer
 
@@ -173,6 +174,7 @@ def _command(name: str, summary: str) -> click.Command:
             result = train_fn(config)
         if not result.main_process:  # accelerate launch: one report, from the main process
             return
+        _record(resolve_db(db), result)
         if as_json:
             click.echo(dump_json({k: v for k, v in result.to_dict().items() if k != "log_history"}))
         else:
@@ -185,12 +187,52 @@ def _command(name: str, summary: str) -> click.Command:
                      default=None, help="YAML of config fields (any TRL / TrainingArguments field); options win."),
         click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
                      help="Set any config field, e.g. --set beta=0.05 (repeatable; YAML values)."),
+        click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                     help="The store holding the runs the data was exported from: the trained model is recorded "
+                          "there for `factory view` [default: $FACTORY_DB or ./factory.duckdb]."),
         json_option,
     ]
     command = run
     for param in reversed(params):
         command = param(command)
     return click.command(name=name, help=summary)(command)
+
+
+#: The figures of train_result.json a model's artifact row carries (what the viewer shows of it).
+_HEADLINE = ("steps", "train_seconds", "steps_per_second", "train_loss", "first_loss", "last_loss", "loss_moved",
+             "first_reward", "last_reward")
+
+
+def _record(db: Path, result) -> None:
+    """Record the output folder under the runs its data was exported from, where the store holds them.
+
+    Nothing is said where the data names no run (a file made elsewhere) or there is no store at ``db``.
+    """
+    from factory.cli._artifacts import record_outputs
+    from factory.store import artifact_rows, companion, utc_now
+
+    data = result.provenance.get("data") or {}
+    run_ids = [r for r in data.get("run_ids") or [] if r]
+    if not run_ids:
+        return
+    files = [companion("train_result.json", result.output_dir / "train_result.json"),
+             companion("loss curve", result.plot_path)]
+    meta = {"trainer": result.trainer, "model_dir": str(result.model_dir) if result.model_dir else None,
+            "adapter_dir": str(result.adapter_dir) if result.adapter_dir else None,
+            "metrics": {k: result.metrics[k] for k in _HEADLINE if k in result.metrics},
+            "data": {k: data.get(k) for k in ("file", "file_sha256", "rows", "dataset_hash", "run_ids")},
+            "warnings": result.warnings, "files": [f for f in files if f is not None]}
+
+    def rows(store):
+        stored = [r for r in run_ids if store.run(r) is not None]
+        if not stored:
+            from factory.errors import StoreError
+
+            raise StoreError(f"{store.path} holds none of the runs the data came from ({', '.join(run_ids)}); "
+                             "pass the store they are in with --db")
+        return artifact_rows(stored, "model", result.output_dir, meta, created_at=utc_now())
+
+    record_outputs(db, f"the model in {result.output_dir}", rows, missing_ok=True)
 
 
 def _print(result) -> None:

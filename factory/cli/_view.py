@@ -43,7 +43,8 @@ def view(db: Path | None, port: int, host: str, bundle: Path | None) -> None:
     if bundle is not None:
         with Store.open(path, read_only=True) as store:
             written = write_bundle(ViewData(store), bundle)
-        click.echo(f"wrote {bundle}: {written['answers']} data files, {written['bytes'] / 1e6:.1f} MB; "
+        click.echo(f"wrote {bundle}: {written['answers']} data files, {written['bytes'] / 1e6:.1f} MB, "
+                   f"{written['images']} plot(s); "
                    f"open {bundle.resolve() / 'index.html'} in a browser (file:// works, no server)")
         return
     try:

@@ -7,6 +7,10 @@ so what the caller sees is what survives a crash. A killed run loses at most
 the unflushed window, which ``resume`` runs again: every (task, branch) ends
 up stored exactly once, because writes are keyed by (run, task, branch).
 
+Where branches run is the execution backend's (:mod:`factory.rollouts._backend`:
+``local``, this event loop; ``ray``, a cluster's workers): either way this
+process is the store's only writer, and the guarantees above hold.
+
 Every tool-using branch gets a fresh sandbox; single-turn branches (answer-only
 tasks) run no code, so they start none.
 
@@ -32,6 +36,7 @@ from factory.errors import ConfigError, ProviderUnavailableError, RunAbortedErro
 from factory.models import ChatModel, Usage
 from factory.provenance import content_hash, git_sha, package_version
 from factory.rollouts._agent import AgentConfig, AgentResult, BranchStatus, ToolCallingAgent
+from factory.rollouts._backend import BranchJob, ExecutionBackend, LocalBackend
 from factory.sandbox import (
     SANDBOXES,
     SandboxLimits,
@@ -226,6 +231,7 @@ class BranchResult:
     workspace: WorkspaceSnapshot | None = None
     verdicts: list[Any] = field(default_factory=list)
     fatal: ProviderUnavailableError | None = field(default=None, repr=False)
+    node: str | None = field(default=None, repr=False)  # where it ran (the backend's name for it; not stored)
 
     @property
     def objective_pass(self) -> bool | None:
@@ -280,15 +286,18 @@ class RolloutForkRunner:
         memory: Primes each task's branches with the ``config.memory_k`` most
             similar stored winners (recorded in each branch's ``run_start`` event);
             any :class:`BranchPrimer`.
+        backend: Where branches run (default: ``local``, this event loop); recorded in the manifest.
     """
 
     def __init__(self, model: ChatModel, store: Store, config: ForkConfig, run_id: str | None = None,
-                 pipeline: VerificationPipeline | None = None, memory: BranchPrimer | None = None):
+                 pipeline: VerificationPipeline | None = None, memory: BranchPrimer | None = None,
+                 backend: ExecutionBackend | None = None):
         self.model = model
         self.store = store
         self.config = config
         self.pipeline = pipeline
         self.memory = memory
+        self.backend = backend or LocalBackend()
         self.run_id = run_id or new_run_id()
         self.agent = ToolCallingAgent(model, config.agent)
 
@@ -313,6 +322,7 @@ class RolloutForkRunner:
             limits=asdict(self.config.limits),
             memory=None if self.memory is None or not self.config.memory_k else {
                 "k": self.config.memory_k, **self.memory.describe()},
+            backend=self.backend.describe(),
             package_version=package_version(),
             git_sha=git_sha(Path(__file__).resolve().parent),
             python=platform.python_version(),
@@ -362,6 +372,10 @@ class RolloutForkRunner:
         if self.memory is None or not self.config.memory_k:
             return {}
         return {t.id: self.memory.prime(t.prompt, self.config.memory_k) or None for t in tasks}
+
+    async def run_branch(self, job: BranchJob) -> BranchResult:
+        """Run one branch here (agent, sandbox, verification), unstored; what a backend's worker calls."""
+        return await self._run_branch(job.task, job.index, job.temperature, job.seed, job.primer)
 
     async def _run_branch(self, task: Task, index: int, temperature: float, seed: int,
                           primer: str | None = None) -> BranchResult:
@@ -473,6 +487,7 @@ class RolloutForkRunner:
         model_preflight = getattr(self.model, "preflight", None)
         if model_preflight is not None:
             await model_preflight()
+        await self.backend.preflight(self, tasks)  # and a cluster whose nodes cannot run them
         if resume:
             if existing is None:
                 raise RunError(f"no run {self.run_id} to resume in {self.store.path}")
@@ -492,30 +507,21 @@ class RolloutForkRunner:
         # What sandboxes of a fork killed mid-run left on the host goes now (never a live process's).
         await asyncio.to_thread(sweep_sandbox_folders)
         primers = self.primers(tasks)
-        plan = [(task, b) for task in tasks for b in range(self.config.branches) if (task.id, b) not in done]
-        todo: asyncio.Queue[tuple[Task, int]] = asyncio.Queue()
-        for item in plan:
-            todo.put_nowait(item)
-        finished: asyncio.Queue[BranchResult | None] = asyncio.Queue()  # None: a worker stopped
+        plan = [BranchJob(task, b, per_branch_temps[b], per_branch_seeds[b], primers.get(task.id))
+                for task in tasks for b in range(self.config.branches) if (task.id, b) not in done]
+        finished: asyncio.Queue[BranchResult | None] = asyncio.Queue()  # None: the backend stopped
         fatal: list[ProviderUnavailableError] = []  # the provider is gone: no new branch starts
+        emitted = [0]
 
-        async def worker() -> None:
-            try:
-                while not fatal:
-                    try:
-                        task, index = todo.get_nowait()
-                    except asyncio.QueueEmpty:
-                        return
-                    result = await self._run_branch(
-                        task, index, per_branch_temps[index], per_branch_seeds[index], primers.get(task.id))
-                    if result.fatal is not None and not fatal:
-                        fatal.append(result.fatal)
-                    finished.put_nowait(result)
-            finally:
-                finished.put_nowait(None)
+        def emit(result: BranchResult) -> None:
+            emitted[0] += 1
+            if result.fatal is not None and not fatal:
+                fatal.append(result.fatal)
+            finished.put_nowait(result)
 
         with sandbox_owner(self.run_id):  # the workers' sandboxes go in this run's folder
-            workers = [asyncio.create_task(worker()) for _ in range(min(self.config.concurrency, len(plan)))]
+            workers = [asyncio.create_task(self.backend.execute(self, plan, emit, lambda: bool(fatal)))]
+        workers[0].add_done_callback(lambda _: finished.put_nowait(None))
         buffer: list[BranchResult] = []
         live = len(workers)
         completed = False
@@ -547,6 +553,9 @@ class RolloutForkRunner:
                 await asyncio.to_thread(self._flush, batch)
                 for result in batch:
                     yield result
+            failure = workers[0].exception()  # done: its None came last
+            if failure is not None:  # the backend itself failed (a cluster lost): what finished is kept
+                raise failure
             completed = not fatal
         finally:
             # Everything that keeps data runs before the first await: an
@@ -568,5 +577,6 @@ class RolloutForkRunner:
         if fatal:
             raise RunAbortedError(
                 f"{fatal[0]} — run {self.run_id} stopped: the branches in flight are infra_error, "
-                f"{todo.qsize()} were not started; once fixed, resume with: factory fork --resume {self.run_id}",
+                f"{len(plan) - emitted[0]} were not started; once fixed, resume with: "
+                f"factory fork --resume {self.run_id}",
                 run_id=self.run_id, cause=fatal[0])

@@ -1,5 +1,6 @@
 """DuckDB store: schema, migrations, idempotent writes, Polars reads, and every SQL statement the stages run."""
 
+from factory.store._artifacts import ARTIFACT_KINDS, artifact_rows, companion, file_digest, file_status
 from factory.store._browse import RunBrowser
 from factory.store._migrations import MIGRATIONS, Migration, applied_migrations, migrate
 from factory.store._records import (
@@ -23,6 +24,7 @@ from factory.store._records import (
 from factory.store._store import Store, utc_now
 
 __all__ = [
+    "ARTIFACT_KINDS",
     "MIGRATIONS",
     "BranchEvent",
     "BranchRecord",
@@ -43,6 +45,10 @@ __all__ = [
     "VerdictEvent",
     "WorkspaceSnapshot",
     "applied_migrations",
+    "artifact_rows",
+    "companion",
+    "file_digest",
+    "file_status",
     "migrate",
     "parse_event",
     "utc_now",

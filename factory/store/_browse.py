@@ -174,6 +174,15 @@ _RANKINGS_PAGE = """
     FROM rankings WHERE run_id = ? ORDER BY task_id, rank, branch_index LIMIT ? OFFSET ?
     """
 
+#: ?, ?, ?, ?: one page of a run's recorded artifacts (``?`` kind or NULL for any), newest first.
+_ARTIFACTS_PAGE = """
+    SELECT artifact_id, run_id, kind, path, sha256, meta, created_at, count(*) OVER () AS total
+    FROM artifacts WHERE run_id = ? AND (?::VARCHAR IS NULL OR kind = ?)
+    ORDER BY created_at DESC, artifact_id LIMIT ? OFFSET ?
+    """
+
+_ARTIFACT = "SELECT artifact_id, run_id, kind, path, sha256, meta, created_at FROM artifacts WHERE artifact_id = ?"
+
 
 class RunBrowser:
     """Bounded, paged reads of one store for a browser: what ``factory view`` serves.
@@ -339,3 +348,25 @@ class RunBrowser:
         page = self._read(_RANKINGS_PAGE, [run_id, int(limit), int(offset)])
         total = int(page["total"][0]) if page.height else 0
         return page.drop("total").to_dicts(), total
+
+    def artifacts_page(self, run_id: str, *, limit: int, offset: int = 0,
+                       kind: str | None = None) -> tuple[list[dict[str, Any]], int]:
+        """One page of the files recorded as made from a run (``meta`` as stored JSON text), newest first.
+
+        Args:
+            run_id: The run.
+            limit: Artifacts per page.
+            offset: Artifacts skipped.
+            kind: Only this kind (``rank_plot``, ``power``, ``export``, ``model``).
+
+        Returns:
+            ``(rows, total)``: ``artifact_id, run_id, kind, path, sha256, meta, created_at``, and how many match.
+        """
+        page = self._read(_ARTIFACTS_PAGE, [run_id, kind, kind, int(limit), int(offset)])
+        total = int(page["total"][0]) if page.height else 0
+        return page.drop("total").to_dicts(), total
+
+    def artifact(self, artifact_id: str) -> dict[str, Any] | None:
+        """One recorded artifact by its id (``meta`` as stored JSON text), or None if there is none."""
+        frame = self._read(_ARTIFACT, [artifact_id])
+        return frame.row(0, named=True) if frame.height else None

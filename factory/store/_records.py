@@ -86,6 +86,9 @@ class RunManifest(Record):
         sandbox: The sandbox backend's name.
         limits: The sandbox limits (``SandboxLimits``' fields; the sandbox layer owns their shape).
         memory: Memory priming (None: none).
+        backend: Where its branches ran: the execution backend's name and settings (``{"name": "ray",
+            "address": ...}``); None for runs from before backends, which ran ``local``. Not hashed into
+            ``config_hash``: where a branch runs does not change it.
         package_version: The factory version that ran it.
         git_sha: The factory checkout's commit, when known.
         python: The Python version.
@@ -103,6 +106,7 @@ class RunManifest(Record):
     sandbox: str
     limits: dict[str, Any]
     memory: MemorySettings | None = None  # runs before memory priming existed have none
+    backend: dict[str, Any] | None = None  # runs before execution backends have none (they ran locally)
     package_version: str
     git_sha: str | None = None
     python: str

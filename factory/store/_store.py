@@ -496,6 +496,16 @@ class Store:
             return self._write("rankings", rows)
 
     @_locked
+    def record_artifacts(self, rows: Rows) -> int:
+        """Insert or replace artifact rows (a command's output files), keyed by ``artifact_id``.
+
+        The id is derived from run, kind and path (see :func:`~factory.store.artifact_rows`), so the same
+        artifact written again updates its row: its hash, meta and time.
+        """
+        with self._transaction():
+            return self._write("artifacts", rows)
+
+    @_locked
     def write_memories(self, rows: Rows) -> int:
         """Insert or replace memory rows, keyed by ``memory_id`` (``embedding`` a float list per row)."""
         with self._transaction():
@@ -612,6 +622,10 @@ class Store:
     def rankings(self, run_id: str) -> pl.DataFrame:
         """The stored ranking of a run."""
         return self._select("rankings", "task_id, rank", run_id=run_id)
+
+    def artifacts(self, run_id: str) -> pl.DataFrame:
+        """The files recorded as made from a run (plots, exports, models), newest first."""
+        return self._select("artifacts", "created_at DESC, artifact_id", run_id=run_id)
 
     def run_summaries(self) -> pl.DataFrame:
         """One row per run with its counts: tasks, branches, errors (infrastructure failures), events, verdicts."""

@@ -47,7 +47,8 @@ def create_app(data: ViewData, *, loopback_only: bool = True) -> Starlette:
 
     Returns:
         An ASGI application: ``/`` (the page), ``/assets/<file>``, ``/api/<request>`` (JSON, one per
-        :data:`~factory.view.ENDPOINTS` entry: 404 for an unknown run, task or branch, 400 for a bad parameter).
+        :data:`~factory.view.ENDPOINTS` entry: 404 for an unknown run, task or branch, 400 for a bad parameter),
+        ``/files/<artifact id>[-<n>].png`` (a recorded plot, see :meth:`~factory.view.ViewData.image`).
     """
     from starlette.applications import Starlette
     from starlette.middleware import Middleware
@@ -82,6 +83,15 @@ def create_app(data: ViewData, *, loopback_only: bool = True) -> Starlette:
             return JSONResponse({"error": "not found"}, status_code=404, headers=headers)
         return Response(json.dumps(answer, ensure_ascii=False), media_type="application/json", headers=headers)
 
+    def image(request: Request) -> Response:
+        # a recorded PNG by its artifact id, only while it holds the recorded bytes (ViewData.image): a name
+        # that is not one, a path, or a file changed since it was recorded is a 404
+        data_bytes = data.image(request.path_params["name"])
+        if data_bytes is None:
+            return Response("not found", status_code=404, media_type="text/plain", headers=headers)
+        return Response(data_bytes, media_type="image/png", headers=headers)
+
     middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=list(LOOPBACK_HOSTS))] if loopback_only else []
-    return Starlette(routes=[Route("/", index), Route("/assets/{name}", static), Route("/api/{name}", api)],
+    return Starlette(routes=[Route("/", index), Route("/assets/{name}", static), Route("/api/{name}", api),
+                               Route("/files/{name}", image)],
                      middleware=middleware)

@@ -7,8 +7,10 @@ page loads it with a ``<script>`` element, which ``file://`` allows. The
 answers are :class:`~factory.view.ViewData`'s, for the requests the front end
 makes with its default page sizes: every page of runs, of each run's tasks and
 ranking, each task's branches in windows of :data:`~factory.view._data.SIDE_BY_SIDE`
-with the diffs of every pair inside a window, and a search corpus per run
-(final answers and tool outputs) that the page searches itself.
+with the diffs of every pair inside a window, each run's recorded outputs
+(plots, power verdicts, exports, models: the PNGs copied into ``files/``),
+and a search corpus per run (final answers and tool outputs) that the page
+searches itself.
 
 The site is written into a folder beside ``DIR`` and renamed into place
 whole; an existing ``DIR`` is replaced only when it is an earlier bundle.
@@ -72,6 +74,25 @@ def _requests(data: ViewData) -> Iterator[tuple[str, dict[str, Any]]]:
             rankings = data.answer("rankings", {"run": run_id})
             for r_offset in _pages(rankings["total"] if rankings else 0, PAGE["rankings"]):
                 yield "rankings", {"run": run_id, "offset": r_offset or None}
+            outputs = data.answer("outputs", {"run": run_id})
+            for o_offset in _pages(outputs["total"] if outputs else 0, PAGE["outputs"]):
+                yield "outputs", {"run": run_id, "offset": o_offset or None}
+                listed = data.answer("outputs", {"run": run_id, "offset": o_offset}) if o_offset else outputs
+                for output in listed["outputs"] if listed else []:
+                    yield "output", {"run": run_id, "id": output["artifact_id"]}
+
+
+def _images(answer: Any) -> Iterator[str]:
+    """The image names an answer shows (its ``image`` fields, at any depth)."""
+    if isinstance(answer, Mapping):
+        for key, value in answer.items():
+            if key == "image" and isinstance(value, str):
+                yield value
+            else:
+                yield from _images(value)
+    elif isinstance(answer, list):
+        for value in answer:
+            yield from _images(value)
 
 
 def _corpus(data: ViewData, run_id: str) -> dict[str, Any]:
@@ -94,7 +115,8 @@ def write_bundle(data: ViewData, folder: str | Path) -> dict[str, int]:
         folder: The site's folder; replaced whole if it is an earlier bundle, refused if it holds anything else.
 
     Returns:
-        ``{"answers": ..., "bytes": ...}``: how many answers were written, and their size.
+        ``{"answers": ..., "bytes": ..., "images": ...}``: how many answers were written, their size, and how
+        many recorded plots were copied into ``files/``.
 
     Raises:
         ConfigError: ``folder`` exists and is not an empty folder or an earlier bundle.
@@ -109,7 +131,7 @@ def write_bundle(data: ViewData, folder: str | Path) -> dict[str, int]:
     try:
         (staging / "assets").mkdir(parents=True)
         (staging / "data").mkdir()
-        written = size = 0
+        written = size = images = 0
         index: dict[str, str] = {}
         runs: list[str] = []
         for name, params in _requests(data):
@@ -126,6 +148,14 @@ def write_bundle(data: ViewData, folder: str | Path) -> dict[str, int]:
             (staging / file).write_text(text, encoding="utf-8")
             index[key] = file
             written, size = written + 1, size + len(text)
+            for image in _images(answer):  # the recorded plots it shows, copied (only while as recorded)
+                copy = staging / "files" / image
+                if not copy.exists():
+                    png = data.image(image)
+                    if png is not None:
+                        copy.parent.mkdir(exist_ok=True)
+                        copy.write_bytes(png)
+                        images += 1
         for run_id in runs:
             key = bundle_key("corpus", {"run": run_id})
             file = f"data/{len(index):06d}.js"
@@ -150,4 +180,4 @@ def write_bundle(data: ViewData, folder: str | Path) -> dict[str, int]:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return {"answers": written, "bytes": size}
+    return {"answers": written, "bytes": size, "images": images}

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import hashlib
 import json
 import math
+import re
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import date, datetime
@@ -27,7 +29,7 @@ from typing import Any
 
 from factory.errors import ConfigError
 from factory.ranking import wilson_interval
-from factory.store import RunBrowser, Store
+from factory.store import RunBrowser, Store, file_status
 
 __all__ = ["ENDPOINTS", "ViewData", "final_workspace", "pass_rate", "workspace_diff"]
 
@@ -40,9 +42,11 @@ ENDPOINTS: dict[str, tuple[str, ...]] = {
     "diff": ("run", "task", "a", "b"),
     "search": ("run", "q"),
     "rankings": ("run", "limit", "offset"),
+    "outputs": ("run", "limit", "offset"),
+    "output": ("run", "id"),
 }
 #: Page sizes: the defaults the front end asks for, and the most any request gets.
-PAGE = {"runs": 50, "tasks": 50, "rankings": 100}
+PAGE = {"runs": 50, "tasks": 50, "rankings": 100, "outputs": 20}
 MAX_PAGE = 500
 #: Branches shown side by side when none are chosen, and the most one request returns.
 SIDE_BY_SIDE = 4
@@ -54,6 +58,14 @@ MAX_HITS = 100
 SNIPPET = 160
 #: Lines of a diff returned (a longer one says it was cut).
 MAX_DIFF_LINES = 4000
+#: Rank plots shown on a run's ranking page (its newest).
+RANK_PLOTS = 3
+#: Characters of an export's dataset card shown with its manifest.
+MAX_CARD = 20_000
+#: An image the viewer serves: ``<artifact id>.png`` (the artifact's own file) or ``<id>-<n>.png`` (its n-th
+#: companion file); never a path.
+IMAGE_NAME = re.compile(r"([0-9a-f]{32})(?:-([0-9]{1,3}))?\.png")
+_PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def _plain(value: Any) -> Any:
@@ -372,5 +384,84 @@ class ViewData:
         rows, total = self.browser.rankings_page(run_id, limit=limit, offset=offset)
         for row in rows:
             row["components"] = _json_cell(row["components"])
+        plots, _ = self.browser.artifacts_page(run_id, limit=RANK_PLOTS, kind="rank_plot")
         return {"run_id": run_id, "rankings": rows, "total": total, "limit": limit, "offset": offset,
-                "plots": None}
+                "plots": [_artifact(row) for row in plots]}
+
+    # --------------------------------------------------------------- outputs: plots, exports, models
+
+    def _outputs(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        run_id = _required(params, "run")
+        limit = _int(params, "limit", PAGE["outputs"], low=1, high=MAX_PAGE)
+        offset = _int(params, "offset", 0)
+        rows, total = self.browser.artifacts_page(run_id, limit=limit, offset=offset)
+        return {"run_id": run_id, "outputs": [_artifact(row) for row in rows], "total": total, "limit": limit,
+                "offset": offset}
+
+    def _output(self, params: Mapping[str, Any]) -> dict[str, Any] | None:
+        run_id, artifact_id = _required(params, "run"), _required(params, "id")
+        row = self.browser.artifact(artifact_id)
+        if row is None or row["run_id"] != run_id:
+            return None
+        answer = _artifact(row)
+        card = next((f for f in answer["files"] if f["role"] == "dataset card"), None)
+        if card is not None and card["status"] == "matches":  # the recorded card, not whatever is there now
+            with contextlib.suppress(OSError, UnicodeDecodeError), open(card["path"], encoding="utf-8") as handle:
+                answer["card_text"] = handle.read(MAX_CARD)
+        return answer
+
+    def image(self, name: str) -> bytes | None:
+        """The bytes of a recorded PNG, by its name in the viewer (see :data:`IMAGE_NAME`), or None.
+
+        Served only when ``name`` names a recorded artifact (or one of its companion files) whose file is a
+        PNG still holding exactly the recorded bytes (its sha256): never a path taken from a request.
+        """
+        match = IMAGE_NAME.fullmatch(name)
+        if match is None:
+            return None
+        with self._reading() as browser:
+            row = browser.artifact(match.group(1))
+        if row is None:
+            return None
+        if match.group(2) is None:
+            path, digest = row["path"], row["sha256"]
+        else:
+            files = (_json_cell(row["meta"]) or {}).get("files") or []
+            index = int(match.group(2))
+            if index >= len(files) or not isinstance(files[index], Mapping):
+                return None
+            path, digest = files[index].get("path"), files[index].get("sha256")
+        if not path or not digest or not str(path).lower().endswith(".png"):
+            return None
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+        except OSError:
+            return None
+        if not data.startswith(_PNG_MAGIC) or "sha256:" + hashlib.sha256(data).hexdigest() != digest:
+            return None
+        return data
+
+
+def _artifact(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A recorded artifact as the viewer shows it: whether its files are still as recorded, and image names.
+
+    ``status`` (and each companion's): ``matches``, ``changed``, ``missing`` or ``no file`` (a power verdict
+    drawn without a plot). ``image``: the name the viewer serves the file under, for a PNG that matches.
+    """
+    meta = _json_cell(row["meta"]) or {}
+    answer = {key: row[key] for key in ("artifact_id", "run_id", "kind", "path", "sha256", "created_at")}
+    answer["status"] = file_status(row["path"], row["sha256"])
+    answer["image"] = (f"{row['artifact_id']}.png" if answer["status"] == "matches"
+                       and row["path"].lower().endswith(".png") else None)
+    files = []
+    for index, entry in enumerate(meta.pop("files", None) or []):
+        if not isinstance(entry, Mapping):
+            continue
+        status = file_status(entry.get("path"), entry.get("sha256"))
+        image = (f"{row['artifact_id']}-{index}.png" if status == "matches"
+                 and str(entry.get("path") or "").lower().endswith(".png") else None)
+        files.append({"role": entry.get("role"), "path": entry.get("path"), "sha256": entry.get("sha256"),
+                      "status": status, "image": image})
+    answer["files"], answer["meta"] = files, meta
+    return answer

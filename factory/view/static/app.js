@@ -3,7 +3,9 @@
  * Routes (the URL hash, so every view has a link):
  *   #/                              runs
  *   #/run/R                         a run: counts, pass rate, task x branch grid
- *   #/run/R/rankings                its stored ranking
+ *   #/run/R/rankings                its stored ranking (and its newest rank plots)
+ *   #/run/R/outputs                 what commands wrote from it and recorded: plots, power verdicts, exports, models
+ *   #/run/R/output/ID               one of them: a power view, a rank plot, an export's manifest, a model
  *   #/run/R/search/Q                hits in final answers and tool outputs
  *   #/run/R/task/T[/branch/B]       a task's branches side by side, and a diff of two final workspaces
  * Every text from the store is put in the page as text (textContent), never as HTML.
@@ -217,10 +219,11 @@
     if (tasksState.run !== run) tasksState = {run: run, offset: 0, q: ''};
     setCrumbs([['runs', '#/'], [run, null]]);
     var token = renderToken;
-    return Promise.all([api('run', {run: run}), api('tasks', {run: run, offset: tasksState.offset || null, q: tasksState.q})])
+    return Promise.all([api('run', {run: run}), api('tasks', {run: run, offset: tasksState.offset || null, q: tasksState.q}),
+      api('outputs', {run: run})])
       .then(function (answers) {
         if (token !== renderToken) return;
-        var r = answers[0], t = answers[1];
+        var r = answers[0], t = answers[1], o = answers[2];
         var statuses = Object.keys(r.by_status).map(function (s) { return s + ' ' + r.by_status[s]; }).join(', ');
         var summary = h('section', {cls: 'summary', id: 'run-summary'},
           stat('status', r.status), stat('model', r.model || '–'), stat('sandbox', r.sandbox || '–'),
@@ -263,7 +266,7 @@
           }, LIVE_MS);
         }
         append(app, [h('h1', {text: 'Run ' + r.run_id + (r.status === 'running' && !bundle ? ' (live: refreshes every ' + LIVE_MS / 1000 + ' s)' : '')}), summary,
-          h('p', {cls: 'muted', text: 'Exports and the PNG plots of factory rank / factory power are files beside their outputs; the store does not record them. The ranking below is the stored one.'}),
+          outputsSection(run, o),
           searchBox,
           h('div', {cls: 'legend'}, 'cells: ', h('span', {cls: 'cell pass', text: '0'}), ' pass ', h('span', {cls: 'cell fail', text: '0'}), ' fail ',
             h('span', {cls: 'cell verror', text: '0'}), ' verifier error ', h('span', {cls: 'cell infra', text: '0'}), ' infrastructure failure ',
@@ -282,6 +285,10 @@
       if (token !== renderToken) return;
       app.textContent = '';
       append(app, [h('h1', {text: 'Ranking of ' + run}),
+        data.plots.length ? h('div', {cls: 'plots', id: 'rank-plots'}, data.plots.map(function (a) {
+          return h('figure', null, a.image ? plotImage(a.image, 'rank plot') : h('p', {cls: 'muted', text: 'plot ' + STATUS_TEXT[a.status]}),
+            h('figcaption', null, h('a', {href: outputLink(run, a.artifact_id), text: 'factory rank --plot, ' + when(a.created_at)}), ' ', statusBadge(a.status)));
+        })) : null,
         data.total ? h('table', {cls: 'list', id: 'rankings'}, h('thead', null, h('tr', null,
           ['task', 'branch', 'rank', 'strength [95% CI]', 'reward', 'components'].map(function (x) { return h('th', {text: x}); }))),
           h('tbody', null, data.rankings.map(function (row) {
@@ -294,6 +301,168 @@
               h('td', null, pre(JSON.stringify(row.components), 'small')));
           }))) : h('p', {cls: 'muted', text: 'this run has no stored ranking: factory rank (or factory export) writes one'}),
         data.total ? pagerBar(data, function (o) { state.offset = o; route(); }) : null]);
+    });
+  }
+
+  // ------------------------------------------------------------ outputs: plots, power verdicts, exports, models
+
+  var KIND_NAMES = {rank_plot: 'rank plot', power: 'power', 'export': 'export', model: 'model'};
+  var STATUS_TEXT = {matches: 'file matches', changed: 'changed since recorded', missing: 'missing', 'no file': 'no file'};
+
+  function outputLink(run, id) { return runLink(run) + '/output/' + enc(id); }
+  function when(t) { return (t || '').replace('T', ' ').slice(0, 19); }
+  function statusBadge(status) { return h('span', {cls: 'badge file-' + status.replace(' ', '-'), 'data-status': status, text: STATUS_TEXT[status] || status}); }
+
+  function outputSummary(a) {
+    var m = a.meta || {};
+    if (a.kind === 'power') return m.verdict || '';
+    if (a.kind === 'rank_plot') {
+      var seen = (m.stats || {}).outcomes || {};
+      return (m.branches || 0) + ' branches of ' + (m.tasks || 0) + ' tasks ranked' + (seen.verified ? '; ' + seen.passed + '/' + seen.verified + ' pass' : '');
+    }
+    if (a.kind === 'export') return (m.rows === null || m.rows === undefined ? '?' : m.rows) + ' ' + m.format + ' rows';
+    if (a.kind === 'model') {
+      var x = m.metrics || {};
+      return m.trainer + ': ' + (x.steps || 0) + ' steps, loss ' + num(x.first_loss) + ' → ' + num(x.last_loss);
+    }
+    return '';
+  }
+
+  function outputsTable(run, outputs) {
+    return h('table', {cls: 'list', id: 'outputs'}, h('thead', null, h('tr', null,
+      ['kind', 'recorded (UTC)', 'path', 'file', 'summary'].map(function (x) { return h('th', {text: x}); }))),
+      h('tbody', null, outputs.map(function (a) {
+        return h('tr', {'data-nav': outputLink(run, a.artifact_id), 'data-kind': a.kind, 'data-artifact': a.artifact_id},
+          h('td', null, h('a', {href: outputLink(run, a.artifact_id), text: KIND_NAMES[a.kind] || a.kind})),
+          h('td', {text: when(a.created_at)}),
+          h('td', null, h('code', {cls: 'small', text: a.path || '(no file)'})),
+          h('td', null, statusBadge(a.status)),
+          h('td', {text: outputSummary(a)}));
+      })));
+  }
+
+  function outputsSection(run, o) {
+    return h('section', {cls: 'outputs', id: 'run-outputs'}, h('h2', {text: 'Outputs (' + o.total + ')'}),
+      o.total ? outputsTable(run, o.outputs) : h('p', {cls: 'muted', text: 'nothing recorded yet: factory rank --plot, factory power, factory export and factory train record what they write here'}),
+      o.total > o.outputs.length ? h('a', {href: runLink(run) + '/outputs', text: 'all ' + o.total + ' outputs'}) : null);
+  }
+
+  function viewOutputs(run) {
+    setCrumbs([['runs', '#/'], [run, runLink(run)], ['outputs', null]]);
+    var token = renderToken;
+    var state = viewOutputs.state && viewOutputs.state.run === run ? viewOutputs.state : (viewOutputs.state = {run: run, offset: 0});
+    return api('outputs', {run: run, offset: state.offset || null}).then(function (data) {
+      if (token !== renderToken) return;
+      app.textContent = '';
+      append(app, [h('h1', {text: 'Outputs of ' + run}), outputsTable(run, data.outputs),
+        pagerBar(data, function (o) { state.offset = o; route(); })]);
+    });
+  }
+
+  function plotImage(name, alt) {
+    return h('img', {cls: 'plot', src: 'files/' + name, alt: alt});
+  }
+
+  function facts(rows) {
+    return h('table', {cls: 'facts-table'}, h('tbody', null, rows.filter(function (r) { return r; }).map(function (r) {
+      return h('tr', null, h('th', {text: r[0]}), h('td', null, r[1]));
+    })));
+  }
+
+  function filesTable(a) {
+    var rows = [{role: KIND_NAMES[a.kind] === 'model' ? 'output folder' : 'file', path: a.path, sha256: a.sha256, status: a.status}].concat(a.files);
+    return h('table', {cls: 'list', id: 'output-files'}, h('thead', null, h('tr', null,
+      ['file', 'path', 'recorded sha256', 'now'].map(function (x) { return h('th', {text: x}); }))),
+      h('tbody', null, rows.map(function (f) {
+        return h('tr', {'data-role': f.role}, h('td', {text: f.role}), h('td', null, h('code', {cls: 'small', text: f.path || '(no file)'})),
+          h('td', null, h('code', {cls: 'small', text: f.sha256 || '–'})), h('td', null, statusBadge(f.status)));
+      })));
+  }
+
+  function powerBlock(a) {
+    var m = a.meta;
+    var arms = [[m.arm_a, m.k_a, m.rate_a, m.ci_a], [m.arm_b, m.k_b, m.rate_b, m.ci_b]];
+    var needed = m.tasks_needed - m.n;
+    return h('section', {id: 'power'},
+      h('p', {cls: 'verdict-line ' + (m.evidence ? 'yes' : 'no'), id: 'power-verdict', text: m.verdict}),
+      h('table', {cls: 'list', id: 'power-arms'}, h('thead', null, h('tr', null,
+        ['arm', 'passed', 'pass rate [' + Math.round(100 * (1 - m.alpha)) + '% Wilson]'].map(function (x) { return h('th', {text: x}); }))),
+        h('tbody', null, arms.map(function (x) {
+          return h('tr', null, h('td', {text: x[0]}), h('td', {cls: 'n', text: x[1] + '/' + m.n}),
+            h('td', {text: pct(x[2]) + ' [' + pct(x[3][0]) + ', ' + pct(x[3][1]) + ']'}));
+        }))),
+      facts([
+        ['effect (B − A)', m.delta_pp === null ? '–' : (m.delta_pp > 0 ? '+' : '') + m.delta_pp.toFixed(1) + ' pp'],
+        ['discordant pairs', m.b + ' (' + m.arm_a + ' only) / ' + m.c + ' (' + m.arm_b + ' only)'],
+        ['McNemar exact p', m.p_value === null ? 'n/a (fewer than 4 pairs)' : String(Number(m.p_value.toPrecision(4)))],
+        ['min detectable difference', m.min_detectable_delta_pp === null ? 'n/a' : m.min_detectable_delta_pp.toFixed(1) + ' pp'],
+        ['powered / significant', (m.powered ? 'powered' : 'not powered') + ' / ' + (m.significant ? 'significant' : 'not significant')],
+        ['tasks needed', m.tasks_needed + ' paired tasks to detect ' + m.target_delta_pp.toFixed(1) + ' pp (' + m.n + ' now' + (needed > 0 ? ', about ' + needed + ' more' : ', enough') + ')'],
+        m.selection ? ['arms chosen', JSON.stringify(m.selection)] : null,
+        ['runs', (m.runs || []).join(', ') + (m.by ? ' by ' + m.by : '')]]));
+  }
+
+  function rankBlock(a) {
+    var m = a.meta, stats = m.stats || {}, seen = stats.outcomes || {};
+    var ci = seen.pass_rate_ci || [null, null];
+    return h('section', {id: 'rank-summary'}, facts([
+      ['ranked', m.branches + ' branches of ' + m.tasks + ' tasks (' + m.bootstrap + ' bootstrap rounds)'],
+      ['outcomes', seen.verified === undefined ? '–' : seen.passed + '/' + seen.verified + ' pass, ' + pct(seen.pass_rate) + ' [' + pct(ci[0]) + ', ' + pct(ci[1]) + ']'],
+      ['usable tasks', seen.usable_tasks === undefined ? '–' : seen.usable_tasks + ' of ' + seen.n_tasks + ' (' + seen.usable_pairs + ' pairs)'],
+      ['evidence', stats.test === null || stats.test === undefined ? 'no test: ' + (stats.reason || '') : (stats.evidence ? 'evidence: ' : 'not evidence: ') + (stats.verdict || '')],
+      m.infra_failures ? ['infrastructure failures', String(m.infra_failures)] : null]),
+      h('a', {href: runLink(a.run_id) + '/rankings', text: 'the stored ranking'}));
+  }
+
+  function exportBlock(a) {
+    var m = a.meta, man = m.manifest || {};
+    var counts = man.counts || {};
+    return h('section', {id: 'export-manifest'}, facts([
+      ['format', man.format + (man.trainer ? ' (for ' + man.trainer + ')' : '') + (man.conversational === false ? ', standard' : ', conversational')],
+      ['rows', String(man.rows)],
+      man.strategy ? ['pair strategy', man.strategy] : null,
+      ['file sha256', h('code', {cls: 'small', text: man.file_sha256 || '–'})],
+      ['dataset hash', h('code', {cls: 'small', text: man.dataset_hash || (man.dataset_hashes || []).join(', ') || '–'})],
+      ['config hashes', h('code', {cls: 'small', text: (man.config_hashes || []).join(', ') || '–'})],
+      ['options hash', h('code', {cls: 'small', text: man.options_hash || '–'})],
+      ['runs', (man.run_ids || []).join(', ')],
+      ['powered / evidence', String(man.powered) + ' / ' + String(man.evidence)],
+      (man.evidence_tests || []).length ? ['evidence tests', h('ul', null, man.evidence_tests.map(function (t) { return h('li', {text: t}); }))] : null,
+      ['written by', 'factory ' + (man.factory_version || '?') + (man.git_sha ? ' @ ' + man.git_sha.slice(0, 12) : '') + ', ' + when(man.created_at)]]),
+      h('h3', {text: 'counts'}),
+      h('table', {cls: 'list', id: 'export-counts'}, h('tbody', null, Object.keys(counts).map(function (k) {
+        return h('tr', null, h('td', {text: k}), h('td', {cls: 'n', text: typeof counts[k] === 'object' ? JSON.stringify(counts[k]) : String(counts[k])}));
+      }))),
+      a.card_text !== undefined ? h('details', {id: 'dataset-card'}, h('summary', {text: 'dataset card'}), pre(a.card_text, 'small')) : null,
+      h('details', null, h('summary', {text: 'the whole manifest'}), pre(JSON.stringify(man, null, 2), 'small')));
+  }
+
+  function modelBlock(a) {
+    var m = a.meta, x = m.metrics || {}, d = m.data || {};
+    return h('section', {id: 'model-summary'}, facts([
+      ['trainer', m.trainer],
+      ['steps', x.steps + ' in ' + num(x.train_seconds, 1) + ' s'],
+      ['loss', num(x.first_loss) + ' → ' + num(x.last_loss) + ' (train loss ' + num(x.train_loss) + ')'],
+      x.last_reward !== undefined ? ['reward', num(x.first_reward) + ' → ' + num(x.last_reward)] : null,
+      ['model', h('code', {cls: 'small', text: m.model_dir || '–'})],
+      m.adapter_dir ? ['adapter', h('code', {cls: 'small', text: m.adapter_dir})] : null,
+      ['data', (d.rows === undefined ? '?' : d.rows) + ' rows of ' + (d.file || '?') + ', dataset ' + (d.dataset_hash || 'unknown')],
+      (m.warnings || []).length ? ['warnings', h('ul', null, m.warnings.map(function (w) { return h('li', {text: w}); }))] : null]));
+  }
+
+  function viewOutput(run, id) {
+    setCrumbs([['runs', '#/'], [run, runLink(run)], ['outputs', runLink(run) + '/outputs'], [id.slice(0, 8), null]]);
+    var token = renderToken;
+    return api('output', {run: run, id: id}).then(function (a) {
+      if (token !== renderToken) return;
+      var body = a.kind === 'power' ? powerBlock(a) : a.kind === 'rank_plot' ? rankBlock(a) : a.kind === 'export' ? exportBlock(a) : a.kind === 'model' ? modelBlock(a) : null;
+      var images = (a.image ? [plotImage(a.image, KIND_NAMES[a.kind] + ' plot')] : []).concat(a.files.filter(function (f) { return f.image; }).map(function (f) { return plotImage(f.image, f.role); }));
+      var unshown = a.path && /\.png$/i.test(a.path) && !a.image ? h('p', {cls: 'muted', id: 'plot-unshown', text: 'plot not shown: the file is ' + STATUS_TEXT[a.status]}) : null;
+      app.textContent = '';
+      append(app, [h('h1', {text: (KIND_NAMES[a.kind] || a.kind) + ' · ' + run}),
+        h('p', {cls: 'muted', text: 'recorded ' + when(a.created_at) + ' UTC'}),
+        body, images.length ? h('div', {cls: 'plots'}, images) : null, unshown,
+        h('h2', {text: 'Files'}), filesTable(a)]);
     });
   }
 
@@ -508,6 +677,8 @@
     if (!parts[0]) done = viewRuns();
     else if (parts[0] === 'run' && parts.length === 2) done = viewRun(parts[1]);
     else if (parts[0] === 'run' && parts[2] === 'rankings') done = viewRankings(parts[1]);
+    else if (parts[0] === 'run' && parts[2] === 'outputs') done = viewOutputs(parts[1]);
+    else if (parts[0] === 'run' && parts[2] === 'output' && parts[3]) done = viewOutput(parts[1], parts[3]);
     else if (parts[0] === 'run' && parts[2] === 'search') done = viewSearch(parts[1], parts.slice(3).join('/'));
     else if (parts[0] === 'run' && parts[2] === 'task' && parts[4] === 'branch') done = viewTask(parts[1], parts[3], parseInt(parts[5], 10));
     else if (parts[0] === 'run' && parts[2] === 'task') done = viewTask(parts[1], parts[3], null);
