@@ -18,28 +18,36 @@ from factory.tasks._importers import (
     write_tasks,
 )
 from factory.tasks._schema import (
+    DEFAULT_ENTRY,
     DEFAULT_TEST_COMMAND,
+    RubricItem,
     Rules,
     Task,
     check_image_reference,
     dataset_hash,
+    decode_text,
     load_tasks,
+    read_file_bytes,
 )
 from factory.tasks._swe import apply_patch
 
 __all__ = [
+    "DEFAULT_ENTRY",
     "DEFAULT_TEST_COMMAND",
     "MAP_KEYS",
     "TASK_IMPORTERS",
     "ImportReport",
     "Importer",
+    "RubricItem",
     "Rules",
     "SkippedRow",
     "Task",
     "apply_patch",
     "check_image_reference",
     "dataset_hash",
+    "decode_text",
     "import_tasks",
     "load_tasks",
+    "read_file_bytes",
     "write_tasks",
 ]

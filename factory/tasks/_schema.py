@@ -29,7 +29,9 @@ from factory.errors import TaskFileError, TaskProblem
 from factory.provenance import content_hash
 
 __all__ = [
+    "DEFAULT_ENTRY",
     "DEFAULT_TEST_COMMAND",
+    "RubricItem",
     "Rules",
     "Task",
     "TaskLimits",
@@ -42,6 +44,8 @@ __all__ = [
 
 #: The test command of a task with tests and no `test_command`.
 DEFAULT_TEST_COMMAND = "python -m pytest -q"
+#: The page a front-end task's browser opens when the task names no `entry`.
+DEFAULT_ENTRY = "index.html"
 
 _ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,199}$")
 _JSON_TYPE_NAMES = {
@@ -126,9 +130,31 @@ class Rules(BaseModel):
     required_phrases: list[str] = Field(default_factory=list)
 
 
+class RubricItem(BaseModel):
+    """One criterion of a front-end task's itemised rubric.
+
+    Attributes:
+        criterion: What must hold, in plain language (what a user would see or do).
+        level: ``critical`` (failing it caps the score) or ``detail``.
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    criterion: str
+    level: Literal["critical", "detail"]
+
+    @field_validator("criterion")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be empty")
+        return value
+
+
 #: Fields added after the first task schema, with the defaults a task hash leaves out.
 _LATER_FIELD_DEFAULTS: dict[str, Any] = {"hidden_tests": {}, "test_isolation": "process", "image": None,
-                                         "solution": {}, "limits": None}
+                                         "solution": {}, "limits": None, "kind": "code", "entry": None,
+                                         "serve": None}
 
 # A Docker image reference, as the engine parses one (distribution's reference
 # grammar): [registry[:port]/]path[:tag][@digest], path components lowercase.
@@ -212,8 +238,18 @@ class Task(BaseModel):
             that need more time, CPU, memory or processes than the verifier's
             defaults give; unset fields keep the defaults.
         test_command: Command that runs the tests (default ``python -m pytest -q``).
+        kind: ``code`` (default) or ``frontend``: a page or web app, verified by
+            the ``browser`` verifier (a planned interaction in headless Chromium
+            judged against the rubric) instead of the text ``judge``.
+        entry: A front-end task's page to open, relative to the workspace
+            (default :data:`DEFAULT_ENTRY`).
+        serve: A front-end task's command serving the app, for apps that need a
+            server: it runs in the sandbox and must listen on ``127.0.0.1:$PORT``;
+            without it the workspace is served by a small static server.
         answer: Expected final answer; selects the strict ``answer`` verifier.
-        rubric: Grading rubric; selects the LLM ``judge``.
+        rubric: Grading rubric; selects the LLM ``judge`` (a ``frontend`` task's:
+            the ``browser`` verifier). A front-end task may itemise it as a list
+            of :class:`RubricItem` (each ``critical`` or ``detail``).
         build_command: Build or compile command; selects the ``build`` verifier.
         json_schema: JSON Schema the output must match; selects ``json-schema``.
         rules: Programmatic checks; selects the ``rules`` verifier.
@@ -231,9 +267,12 @@ class Task(BaseModel):
     image: str | None = None
     solution: dict[str, str] = Field(default_factory=dict)
     limits: TaskLimits | None = None
+    kind: Literal["code", "frontend"] = "code"
+    entry: str | None = None
+    serve: str | None = None
     test_command: str | None = None
     answer: str | None = None
-    rubric: str | None = None
+    rubric: str | list[RubricItem] | None = None
     build_command: str | None = None
     json_schema: dict[str, Any] | None = None
     rules: Rules | None = None
@@ -248,12 +287,26 @@ class Task(BaseModel):
             )
         return value
 
-    @field_validator("prompt", "rubric", "test_command", "build_command")
+    @field_validator("prompt", "test_command", "build_command", "serve")
     @classmethod
     def _not_blank(cls, value: str | None) -> str | None:
         if value is not None and not value.strip():
             raise ValueError("must not be empty")
         return value
+
+    @field_validator("rubric")
+    @classmethod
+    def _rubric_given(cls, value: str | list[RubricItem] | None) -> str | list[RubricItem] | None:
+        if isinstance(value, str) and not value.strip():
+            raise ValueError("must not be empty")
+        if isinstance(value, list) and not value:
+            raise ValueError("an itemised rubric needs at least one item")
+        return value
+
+    @field_validator("entry")
+    @classmethod
+    def _entry_path(cls, value: str | None) -> str | None:
+        return None if value is None else _check_relative_path(value)
 
     @field_validator("image")
     @classmethod
@@ -293,7 +346,27 @@ class Task(BaseModel):
             raise ValueError("; ".join(conflicts))
         if self.test_command is not None and not self.all_tests:
             raise ValueError("test_command is set but tests is empty")
+        if self.kind != "frontend":
+            extra = [name for name in ("entry", "serve") if getattr(self, name) is not None]
+            if extra:
+                raise ValueError(f"{', '.join(extra)} apply only to kind: frontend tasks")
+            if isinstance(self.rubric, list):
+                raise ValueError("an itemised rubric (a list) applies only to kind: frontend tasks")
+        elif self.rubric is None:
+            raise ValueError("a kind: frontend task needs a rubric (what the browser judge checks)")
         return self
+
+    @property
+    def entry_page(self) -> str:
+        """The page a front-end task's browser opens (:attr:`entry`, else :data:`DEFAULT_ENTRY`)."""
+        return self.entry or DEFAULT_ENTRY
+
+    @property
+    def rubric_text(self) -> str | None:
+        """The rubric as one text: itemised rubrics one ``- [level] criterion`` line per item."""
+        if isinstance(self.rubric, list):
+            return "\n".join(f"- [{item.level}] {item.criterion}" for item in self.rubric)
+        return self.rubric
 
     @property
     def all_tests(self) -> dict[str, str]:
@@ -316,7 +389,8 @@ class Task(BaseModel):
             ("answer", self.answer is not None),
             ("json-schema", self.json_schema is not None),
             ("rules", self.rules is not None),
-            ("judge", self.rubric is not None),
+            ("judge", self.rubric is not None and self.kind != "frontend"),
+            ("browser", self.rubric is not None and self.kind == "frontend"),
         ]
         return tuple(name for name, applies in selected if applies)
 
@@ -542,15 +616,7 @@ def load_tasks(path: str | Path) -> TaskSet:
     """
     file = Path(path)
     name = str(path)
-    try:
-        data = file.read_bytes()
-    except OSError as exc:
-        raise TaskFileError([TaskProblem(name, None, None, f"cannot read file: {exc.strerror or exc}")]) from exc
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise TaskFileError([TaskProblem(name, line, None, "file is not valid UTF-8")]) from exc
+    text = decode_text(read_file_bytes(path), name)
     parsed = _parse(text, name, file.suffix.lower())
     tasks = tuple(task for task, _ in parsed)
     return TaskSet(
@@ -559,6 +625,23 @@ def load_tasks(path: str | Path) -> TaskSet:
         lines={task.id: line for task, line in parsed},
         dataset_hash=dataset_hash(tasks),
     )
+
+
+def read_file_bytes(path: str | Path) -> bytes:
+    """A user's input file's bytes; an unreadable one is a :class:`TaskFileError` naming it."""
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise TaskFileError([TaskProblem(str(path), None, None, f"cannot read file: {exc.strerror or exc}")]) from exc
+
+
+def decode_text(data: bytes, name: str) -> str:
+    """``data`` as UTF-8; a bad byte is a :class:`TaskFileError` naming ``name`` and the line it is on."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise TaskFileError([TaskProblem(name, line, None, "file is not valid UTF-8")]) from exc
 
 
 def dataset_hash(tasks: Iterable[Task]) -> str:

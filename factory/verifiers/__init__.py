@@ -13,6 +13,7 @@ from factory.verifiers._base import (
     run_verifier,
     verifier_names,
 )
+from factory.verifiers._browser import BrowserVerifier, find_chromium, strip_comments
 from factory.verifiers._build import build_pipeline
 from factory.verifiers._calibration import (
     calibrate_run,
@@ -63,6 +64,7 @@ __all__ = [
     "VERIFIERS",
     "AnswerVerifier",
     "BranchOutput",
+    "BrowserVerifier",
     "BuildPassesVerifier",
     "BuildVerifier",
     "Criterion",
@@ -87,6 +89,7 @@ __all__ = [
     "check_tasks",
     "create_verifier",
     "criteria_for",
+    "find_chromium",
     "is_objective",
     "judge_auc",
     "judge_spearman",
@@ -100,6 +103,7 @@ __all__ = [
     "run_verifier",
     "scan_solution",
     "self_agreement",
+    "strip_comments",
     "swap_inconsistency",
     "verdict_events",
     "verifier_names",

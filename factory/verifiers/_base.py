@@ -252,6 +252,7 @@ def criteria_for(task: Task) -> list[Criterion]:
         "json-schema": task.json_schema,
         "rules": task.rules.model_dump() if task.rules else None,
         "judge": task.rubric,
+        "browser": task.rubric,
     }
     descriptions = {
         "tests": "the task's tests pass, untampered",
@@ -260,6 +261,7 @@ def criteria_for(task: Task) -> list[Criterion]:
         "json-schema": "the output is JSON matching the task's schema",
         "rules": "the output follows the task's rules",
         "judge": "an LLM judge's score against the rubric",
+        "browser": "the page, exercised in a headless browser, judged item by item against the rubric",
     }
     return [Criterion(name, descriptions[name], name, arguments[name]) for name in task.verifiers]
 

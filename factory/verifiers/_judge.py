@@ -262,7 +262,9 @@ def _pairwise_messages(task: Task, rubric: str, first: str, second: str) -> list
 
 
 def _rubric_of(criterion: Criterion, task: Task) -> str | None:
-    rubric = criterion.arg or task.rubric
+    rubric = criterion.arg or task.rubric_text
+    if isinstance(rubric, list):  # an itemised rubric, as criteria_for passes a front-end task's
+        rubric = task.rubric_text
     return rubric if isinstance(rubric, str) and rubric.strip() else None
 
 
