@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from factory.errors import TaskFileError, TaskProblem
+from factory.tasks._schema import decode_text
 
 __all__ = ["Source", "iter_text_files", "open_source", "source_hash"]
 
@@ -92,11 +93,7 @@ def _read_text(path: Path) -> str:
     data = path.read_bytes()
     if path.name.endswith(".gz"):
         data = gzip.decompress(data)
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise TaskFileError([_problem(path, line, "file is not valid UTF-8")]) from exc
+    return decode_text(data, str(path))
 
 
 def _table_rows(table: Any) -> list[tuple[int, dict[str, Any]]]:

@@ -36,7 +36,7 @@ from pydantic import ValidationError
 
 from factory.errors import TaskFileError, TaskProblem
 from factory.sandbox import SANDBOXES, SandboxLimits
-from factory.tasks import Task
+from factory.tasks import Task, decode_text, read_file_bytes
 from factory.verifiers._base import BranchOutput, Criterion, Verdict, VerifyContext, run_verifier
 from factory.verifiers._tests import TestsVerifier
 
@@ -296,15 +296,7 @@ def load_solutions(path: str | Path, tasks: Sequence[Task]) -> dict[str, dict[st
         TaskFileError: With every problem found, each naming the file, line and field.
     """
     name = str(path)
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise TaskFileError([TaskProblem(name, None, None, f"cannot read file: {exc.strerror or exc}")]) from exc
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise TaskFileError([TaskProblem(name, line, None, "file is not valid UTF-8")]) from exc
+    text = decode_text(read_file_bytes(path), name)
     by_id = {task.id: task for task in tasks}
     solutions: dict[str, dict[str, str]] = {}
     first_line: dict[str, int] = {}
