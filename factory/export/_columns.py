@@ -18,6 +18,7 @@ FORMAT_COLUMNS: dict[str, dict[str, str]] = {
     "reward": {**_PAIR, "margin": "number"},
     "sft": {"messages": "messages"},
     "grpo": {"prompt": "messages|text"},
+    "ppo": {"prompt": "messages|text", "completion": "messages|text", "reward": "number"},
 }
 
 #: ``FORMAT-TAG`` of a side file written beside a format's main file -> its columns: the reward format's

@@ -16,12 +16,14 @@ from typing import Any
 import polars as pl
 
 from factory.errors import ConfigError, RecordError
-from factory.export._files import MANIFEST_SUFFIX, file_kind, side_path, write_rows
-from factory.export._formats import ExportFormat, ExportOptions, ExportRows, create_format
+from factory.export._files import MANIFEST_SUFFIX, file_kind, side_path
+from factory.export._formats import ExportFormat, ExportOptions, create_format
 from factory.export._manifest import ExportedRun, ExportManifest
-from factory.export._source import ExportSource, load_source
+from factory.export._source import BATCH_BRANCHES, ExportSource, load_source
+from factory.export._stream import ExportStream
+from factory.export._writers import RowWriter
 from factory.outputs import OutputFiles, write_output
-from factory.provenance import content_hash, file_sha256, git_sha, package_version
+from factory.provenance import content_hash, git_sha, package_version
 from factory.store import Store, utc_now
 
 __all__ = ["ExportResult", "export", "judge_objective_agreement", "write_dataset_card"]
@@ -66,10 +68,6 @@ def judge_objective_agreement(branches: pl.DataFrame) -> dict[str, Any]:
     return {"n": len(scores), "agreement": round(agree, 4), "auc": None if auc is None else round(auc, 4)}
 
 
-def _sha256(path: Path) -> str:
-    return "sha256:" + file_sha256(path)
-
-
 def _runs_section(source: ExportSource) -> list[ExportedRun]:
     return [ExportedRun(run_id=run_id, dataset_hash=info["dataset_hash"], config_hash=info["config_hash"],
                         model=info["model"], ranked_at_export=run_id in source.ranked_here,
@@ -78,8 +76,13 @@ def _runs_section(source: ExportSource) -> list[ExportedRun]:
 
 
 def export(store: Store, format_name: str, run_ids: Sequence[str], out: str | Path,
-           options: ExportOptions | None = None, *, rolling: int | None = None) -> ExportResult:
+           options: ExportOptions | None = None, *, rolling: int | None = None,
+           batch_branches: int | None = BATCH_BRANCHES) -> ExportResult:
     """Export runs as one format's file, with its manifest and the folder's dataset card.
+
+    The rows stream: read from the store in slices of whole tasks, built and written slice by slice
+    (formats with a ``stream`` method: every built-in one), the file's sha256 taken as its bytes go out,
+    so what the export holds at once does not grow with its size.
 
     Args:
         store: The store holding the runs.
@@ -88,6 +91,8 @@ def export(store: Store, format_name: str, run_ids: Sequence[str], out: str | Pa
         out: The data file (``.jsonl`` or ``.parquet``).
         options: Strategy and filters.
         rolling: Keep only the last ``rolling`` runs of ``run_ids`` (iterative DPO).
+        batch_branches: Branches per slice (whole tasks; None: the whole export at once). The file is
+            the same whatever the slice.
 
     Raises:
         ExportError: No such run, or nothing to export.
@@ -109,21 +114,48 @@ def export(store: Store, format_name: str, run_ids: Sequence[str], out: str | Pa
         if rolling < 1:
             raise ConfigError(f"--rolling must be >= 1, got {rolling}")
         run_ids = run_ids[-rolling:]
-    source = load_source(store, run_ids)
-    built = fmt.build(source, options)
+    source = load_source(store, run_ids, batch_branches=batch_branches)
+    streamed = _stream_of(fmt, source, options)
     with outputs:
-        return _write_export(fmt, built, source, out, manifest_path, options, run_ids, rolling, outputs)
+        return _write_export(fmt, streamed, source, out, manifest_path, options, run_ids, rolling, outputs)
 
 
-def _write_export(fmt: ExportFormat, built: ExportRows, source: ExportSource, out: Path, manifest_path: Path,
-                  options: ExportOptions, run_ids: list[str], rolling: int | None,
+def _stream_of(fmt: ExportFormat, source: ExportSource, options: ExportOptions) -> ExportStream:
+    """The format's stream, or, for a format that only builds, its whole rows as one chunk."""
+    stream = getattr(fmt, "stream", None)
+    if stream is not None:
+        return stream(source, options)
+    built = fmt.build(source, options)
+    return ExportStream([built], built.stats, built.manifest)
+
+
+def _write_chunks(streamed: ExportStream, out: Path, outputs: OutputFiles
+                  ) -> tuple[RowWriter, dict[str, tuple[Path, RowWriter]], dict[RowWriter, str]]:
+    """Write every chunk to the staged main and side files as it comes; the writers and their sha256s."""
+    kind = file_kind(out)
+    main = RowWriter(outputs.stage(out), kind)
+    sides: dict[str, tuple[Path, RowWriter]] = {}
+    try:
+        for chunk in streamed.chunks:
+            main.write(chunk.rows)
+            for tag, frame in chunk.extra.items():
+                if tag not in sides:
+                    path = side_path(out, tag)
+                    sides[tag] = (path, RowWriter(outputs.stage(path), kind))
+                sides[tag][1].write(frame)
+    except BaseException:
+        for writer in (main, *(w for _, w in sides.values())):
+            writer.abort()
+        raise
+    return main, sides, {writer: writer.close() for writer in (main, *(w for _, w in sides.values()))}
+
+
+def _write_export(fmt: ExportFormat, streamed: ExportStream, source: ExportSource, out: Path,
+                  manifest_path: Path, options: ExportOptions, run_ids: list[str], rolling: int | None,
                   outputs: OutputFiles) -> ExportResult:
     """Stage the data file, its side files, its manifest and the folder's card in ``outputs``."""
-    write_rows(built.rows, out, outputs)
-    extra_paths = {}
-    for tag, frame in built.extra.items():
-        extra_paths[tag] = side_path(out, tag)
-        write_rows(frame, extra_paths[tag], outputs)
+    main, sides, digests = _write_chunks(streamed, out, outputs)
+    extra_paths = {tag: path for tag, (path, _) in sides.items()}
 
     from factory.ranking import describe_evidence
 
@@ -133,12 +165,13 @@ def _write_export(fmt: ExportFormat, built: ExportRows, source: ExportSource, ou
     options_dict = asdict(options)
     manifest = ExportManifest(
         format=fmt.name,
-        trainer=f"trl.{fmt.trainer}",
+        trainer=fmt.trainer if fmt.trainer.startswith("factory ") else f"trl.{fmt.trainer}",  # ours: a command
         file=out.name,
-        file_sha256=_sha256(outputs.staged(out)),
-        files={tag: {"file": p.name, "sha256": _sha256(outputs.staged(p))} for tag, p in extra_paths.items()},
-        rows=built.rows.height,
-        columns=built.rows.columns,
+        file_sha256="sha256:" + digests[main],
+        files={tag: {"file": path.name, "sha256": "sha256:" + digests[writer]}
+               for tag, (path, writer) in sides.items()},
+        rows=main.rows,
+        columns=main.columns or [],
         conversational=options.conversational,
         filters={k: v for k, v in options_dict.items() if k != "conversational"} | {"rolling": rolling},
         options_hash=content_hash({"format": fmt.name, **options_dict, "rolling": rolling}),
@@ -148,13 +181,13 @@ def _write_export(fmt: ExportFormat, built: ExportRows, source: ExportSource, ou
         dataset_hashes=sorted({r["dataset_hash"] for r in run_info if r["dataset_hash"]}),
         config_hash=run_info[0]["config_hash"] if len(run_info) == 1 else None,
         config_hashes=[r["config_hash"] for r in run_info],
-        counts={"branches": source.branches.height,
-                "tasks": source.branches.select("run_id", "task_id").unique().height,
+        counts={"branches": source.n_branches,
+                "tasks": source.tasks.height,
                 # left out of every row, never a rejected side or an undesirable label
                 "excluded_infra_failures": sum(e["infra_failures"] for e in source.excluded.values()),
-                **built.stats},
-        length_bias=built.stats.get("length_bias"),
-        judge_objective_agreement=judge_objective_agreement(source.branches),
+                **streamed.stats},
+        length_bias=streamed.stats.get("length_bias"),
+        judge_objective_agreement=judge_objective_agreement(source.judge_objective()),
         # evidence only from a test the ranking did not decide: the judge against the objective (DESIGN: statistics)
         powered=bool(powered) and all(powered),
         evidence=bool(evidence) and all(evidence),
@@ -162,7 +195,7 @@ def _write_export(fmt: ExportFormat, built: ExportRows, source: ExportSource, ou
         created_at=utc_now().isoformat() + "Z",
         factory_version=package_version(),
         git_sha=git_sha(Path(__file__).resolve().parent),
-        **built.manifest,  # what the format sets itself: its pair strategy, KTO's class balance
+        **streamed.manifest,  # what the format sets itself: its pair strategy, KTO's class balance
     )
     outputs.stage(manifest_path).write_text(json.dumps(manifest.document(), indent=2, sort_keys=False) + "\n",
                                             encoding="utf-8")

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -38,10 +38,11 @@ from factory.errors import ConfigError, ExportError
 from factory.export._columns import FORMAT_COLUMNS
 from factory.export._pairs import PairOptions, build_pairs
 from factory.export._source import ExportSource
+from factory.export._stream import Deduper, ExportStream, LengthBias, numbered
 from factory.registry import Registry
 
-__all__ = ["EXPORT_FORMATS", "ExportFormat", "ExportOptions", "ExportRows", "create_format", "format_names",
-           "kto_weights", "length_bias", "register_format", "render_text", "tool_schemas_json"]
+__all__ = ["EXPORT_FORMATS", "ExportFormat", "ExportOptions", "ExportRows", "ExportStream", "create_format",
+           "format_names", "kto_weights", "length_bias", "register_format", "render_text", "tool_schemas_json"]
 
 
 @dataclass(frozen=True)
@@ -101,8 +102,13 @@ class ExportFormat(Protocol):
     columns: dict[str, str]
 
     def build(self, source: ExportSource, options: ExportOptions) -> ExportRows:
-        """The rows of this format."""
+        """The rows of this format, all at once (``source.branches``: the whole frame)."""
         ...
+
+
+# A format may also define ``stream(source, options) -> ExportStream``: the same rows, built slice by slice from
+# ``source.batches()``, in the same order; the exporter then writes each slice's rows as they come (every built-in
+# format does, so an export holds one slice at a time). Without it, the exporter writes what ``build`` returns.
 
 
 # ------------------------------------------------------------------ helpers
@@ -224,10 +230,14 @@ def _pair_columns(options: ExportOptions) -> list[pl.Expr]:
             _text("rejected_completion_messages").alias("rejected")]
 
 
+def _nothing(what: str, source: ExportSource) -> ExportError:
+    return ExportError(f"nothing to export: no {what} in run(s) {', '.join(source.runs)} "
+                       "(are the branches verified? see: factory verify RUN, factory rank RUN)")
+
+
 def _require_rows(frame: pl.DataFrame, what: str, source: ExportSource) -> None:
     if frame.is_empty():
-        raise ExportError(f"nothing to export: no {what} in run(s) {', '.join(source.runs)} "
-                          "(are the branches verified? see: factory verify RUN, factory rank RUN)")
+        raise _nothing(what, source)
 
 
 # ------------------------------------------------------------------ formats
@@ -254,6 +264,49 @@ class DPOFormat:
         stats["rows"] = rows.height
         return ExportRows(rows, stats=stats, manifest={"strategy": options.pairs.strategy})
 
+    def stream(self, source: ExportSource, options: ExportOptions) -> ExportStream:
+        """:meth:`build`'s rows slice by slice (pairs never cross tasks, so a slice of whole tasks pairs alone)."""
+        stats: dict[str, Any] = {"strategy": options.pairs.strategy}
+        return ExportStream(self._chunks(source, options, stats), stats, {"strategy": options.pairs.strategy})
+
+    def _chunks(self, source: ExportSource, options: ExportOptions, stats: dict[str, Any]) -> Iterator[ExportRows]:
+        kept = None
+        if options.top_confidence is not None or options.length_balance:
+            # these filters rank every pair against every other: a first pass keeps each pair's margin and lengths
+            light = [pairs.select("margin", "chosen_completion_chars", "rejected_completion_chars", "_pair")
+                     for pairs in numbered(source.batches(), lambda b: build_pairs(b, options.pairs))]
+            light_pairs = pl.concat(light) if light else pl.DataFrame()
+            _require_rows(light_pairs, "preference pairs", source)
+            kept = _filter_pairs(light_pairs, options, stats)["_pair"]
+            if kept.is_empty():
+                raise ExportError(f"nothing to export: the filters dropped all {stats['pairs_built']} pairs "
+                                  f"(length bias before them: {stats['length_bias_before_filters']})")
+        bias, dedupe, rows_out, offset = LengthBias(), Deduper(["prompt", "chosen", "rejected"]), 0, 0
+        for batch in source.batches():
+            pairs = build_pairs(batch, options.pairs)
+            if kept is None:
+                bias.add(pairs)
+            else:  # the pairs the first pass kept, by number
+                built = pairs.height
+                pairs = pairs.filter((pl.int_range(pl.len(), dtype=pl.UInt64) + offset).is_in(kept.implode()))
+                offset += built
+            rows = pairs.select(*_pair_columns(options), pl.col("margin"), *_pair_provenance())
+            if options.dedupe:
+                rows = dedupe(rows)
+            rows_out += rows.height
+            yield ExportRows(rows, extra=self._extra(batch, options))
+        if kept is None:
+            if not bias.pairs:
+                raise _nothing("preference pairs", source)
+            stats.update(pairs_built=bias.pairs, length_bias_before_filters=bias.result(), length_bias=bias.result())
+        if options.dedupe:
+            stats["duplicates_removed"] = dedupe.removed
+        stats["rows"] = rows_out
+
+    def _extra(self, batch: pl.DataFrame, options: ExportOptions) -> dict[str, pl.DataFrame]:
+        """Side-file rows of a slice of branches (none here)."""
+        return {}
+
 
 class RewardFormat(DPOFormat):
     """Pairs with a ``margin`` for ``RewardTrainer``, plus scalar rewards (``FILE.scalar.EXT``)."""
@@ -264,19 +317,90 @@ class RewardFormat(DPOFormat):
 
     def build(self, source: ExportSource, options: ExportOptions) -> ExportRows:
         built = super().build(source, options)
-        scored = source.branches.filter(pl.col("objective_pass").is_not_null())
-        prompt, completion = ((pl.col("prompt_messages"), pl.col("completion_messages")) if options.conversational
-                              else (_text("prompt_messages", roles=True), _text("completion_messages")))
-        scalar = scored.select(
-            prompt.alias("prompt"), completion.alias("completion"),
-            pl.col("reward"),
-            pl.struct(pl.col("objective_score").alias("objective"), pl.col("judge_score").alias("judge"),
-                      pl.col("objective_pass"), pl.col("hack_detected"), pl.col("hack_suspected")
-                      ).alias("components"),
-            *_branch_provenance(reward=False))
+        scalar = scalar_rows(source.branches, options)
         built.extra["scalar"] = scalar
         built.stats["scalar_rows"] = scalar.height
         return built
+
+    def stream(self, source: ExportSource, options: ExportOptions) -> ExportStream:
+        streamed = super().stream(source, options)
+
+        def chunks() -> Iterator[ExportRows]:
+            scalar = 0
+            for chunk in streamed.chunks:
+                scalar += chunk.extra["scalar"].height
+                yield chunk
+            streamed.stats["scalar_rows"] = scalar
+
+        return ExportStream(chunks(), streamed.stats, streamed.manifest)
+
+    def _extra(self, batch: pl.DataFrame, options: ExportOptions) -> dict[str, pl.DataFrame]:
+        return {"scalar": scalar_rows(batch, options)}
+
+
+def scalar_rows(branches: pl.DataFrame, options: ExportOptions) -> pl.DataFrame:
+    """One row per verified branch: ``prompt``, ``completion``, its scalar ``reward`` and the reward's components."""
+    scored = branches.filter(pl.col("objective_pass").is_not_null())
+    prompt, completion = ((pl.col("prompt_messages"), pl.col("completion_messages")) if options.conversational
+                          else (_text("prompt_messages", roles=True), _text("completion_messages")))
+    return scored.select(
+        prompt.alias("prompt"), completion.alias("completion"),
+        pl.col("reward"),
+        pl.struct(pl.col("objective_score").alias("objective"), pl.col("judge_score").alias("judge"),
+                  pl.col("objective_pass"), pl.col("hack_detected"), pl.col("hack_suspected")
+                  ).alias("components"),
+        *_branch_provenance(reward=False))
+
+
+class PPOFormat:
+    """Prompt / completion / scalar reward rows: what a PPO- or RLOO-style (policy-gradient) trainer consumes.
+
+    One row per verified branch (the rows of the reward format's scalar file, under their own name): the
+    prompt, the completion the policy sampled, and the reward the ranking gave it (``components``: the
+    objective score, the judge's, the pass and hack flags it came from). Offline, these train a value or
+    reward-regression head, or weight a policy-gradient update by reward; TRL's own ``RLOOTrainer`` and PPO
+    generate their completions online, so they read the ``prompt`` column as is and the stored ``completion``
+    and ``reward`` reach their reward functions as keyword arguments.
+    """
+
+    name = "ppo"
+    trainer = "RLOOTrainer"
+    columns = FORMAT_COLUMNS["ppo"]
+
+    def build(self, source: ExportSource, options: ExportOptions) -> ExportRows:
+        rows = scalar_rows(source.branches, options)
+        _require_rows(rows, "verified branches", source)
+        rows = self._check_rewards(rows)
+        return ExportRows(rows, stats={"rows": rows.height})
+
+    def stream(self, source: ExportSource, options: ExportOptions) -> ExportStream:
+        stats: dict[str, Any] = {}
+
+        def chunks() -> Iterator[ExportRows]:
+            total = 0
+            for batch in source.batches():
+                rows = self._check_rewards(scalar_rows(batch, options))
+                total += rows.height
+                yield ExportRows(rows)
+            if not total:
+                raise _nothing("verified branches", source)
+            stats["rows"] = total
+
+        return ExportStream(chunks(), stats)
+
+    @staticmethod
+    def _check_rewards(rows: pl.DataFrame) -> pl.DataFrame:
+        """Every row needs a reward: a verified branch of a run not ranked has none (rank the run first)."""
+        missing = rows.filter(pl.col("reward").is_null() | pl.col("reward").is_nan())
+        if missing.height:
+            row = missing.row(0, named=True)
+            raise ExportError(f"{missing.height} verified branch(es) have no reward, e.g. {row['run_id']} "
+                              f"{row['task_id']} branch {row['branch']} (see: factory rank RUN)")
+        return rows
+
+
+#: KTO's label: a clean objective pass is desirable.
+_KTO_LABEL = (pl.col("objective_pass") & ~pl.col("hack_detected") & ~pl.col("hack_suspected")).alias("label")
 
 
 class KTOFormat:
@@ -289,13 +413,7 @@ class KTOFormat:
     def build(self, source: ExportSource, options: ExportOptions) -> ExportRows:
         verified = source.branches.filter(pl.col("objective_pass").is_not_null())
         _require_rows(verified, "verified branches", source)
-        label = (pl.col("objective_pass") & ~pl.col("hack_detected") & ~pl.col("hack_suspected")).alias("label")
-        if options.conversational:
-            content = [pl.col("prompt_messages").alias("prompt"), pl.col("completion_messages").alias("completion"),
-                       _tools("mode").alias("tools")]
-        else:
-            content = [_text("prompt_messages", roles=True).alias("prompt"),
-                       _text("completion_messages").alias("completion")]
+        label, content = _KTO_LABEL, self._content(options)
         # Interleave tasks (each task's first branch, then each one's second, ...): KTOTrainer estimates its KL
         # term from each row's batch neighbour's completion, which a neighbour of the same prompt would spoil.
         verified = (verified.sort(["run_id", "task_id", "branch_index"])
@@ -306,12 +424,53 @@ class KTOFormat:
         if options.dedupe:
             rows = _dedupe(rows, ["prompt", "completion", "label"], stats)
         desirable = int(rows["label"].sum())
-        undesirable = rows.height - desirable
-        stats.update(rows=rows.height, desirable=desirable, undesirable=undesirable,
-                     desirable_share=round(desirable / rows.height, 4), **kto_weights(desirable, undesirable))
-        balance = {key: stats[key] for key in
-                   ("desirable", "undesirable", "desirable_share", "desirable_weight", "undesirable_weight")}
-        return ExportRows(rows, stats=stats, manifest={"kto": balance})
+        return ExportRows(rows, stats=stats, manifest=self._balance(stats, rows.height, desirable))
+
+    @staticmethod
+    def _balance(stats: dict[str, Any], rows: int, desirable: int) -> dict[str, Any]:
+        undesirable = rows - desirable
+        stats.update(rows=rows, desirable=desirable, undesirable=undesirable,
+                     desirable_share=round(desirable / rows, 4), **kto_weights(desirable, undesirable))
+        return {"kto": {key: stats[key] for key in
+                        ("desirable", "undesirable", "desirable_share", "desirable_weight", "undesirable_weight")}}
+
+    def stream(self, source: ExportSource, options: ExportOptions) -> ExportStream:
+        """:meth:`build`'s rows, interleaved the same way: one pass over the slices per turn.
+
+        Row ``k`` of every task (its ``k``-th verified branch) comes before row ``k + 1`` of any, so the
+        slices are read once per turn, up to the most branches a task has.
+        """
+        stats: dict[str, Any] = {}
+        manifest: dict[str, Any] = {}
+
+        def chunks() -> Iterator[ExportRows]:
+            dedupe, rows_out, desirable = Deduper(["prompt", "completion", "label"]), 0, 0
+            for turn in range(source.max_branches_per_task):
+                for batch in source.batches():
+                    verified = (batch.filter(pl.col("objective_pass").is_not_null())
+                                .sort(["run_id", "task_id", "branch_index"])
+                                .filter(pl.int_range(pl.len()).over(["run_id", "task_id"]) == turn))
+                    rows = verified.select(*self._content(options), _KTO_LABEL, *_branch_provenance())
+                    if options.dedupe:
+                        rows = dedupe(rows)
+                    rows_out += rows.height
+                    desirable += int(rows["label"].sum())
+                    yield ExportRows(rows)
+            if not rows_out:
+                raise _nothing("verified branches", source)
+            if options.dedupe:
+                stats["duplicates_removed"] = dedupe.removed
+            manifest.update(self._balance(stats, rows_out, desirable))
+
+        return ExportStream(chunks(), stats, manifest)
+
+    @staticmethod
+    def _content(options: ExportOptions) -> list[pl.Expr]:
+        if options.conversational:
+            return [pl.col("prompt_messages").alias("prompt"), pl.col("completion_messages").alias("completion"),
+                    _tools("mode").alias("tools")]
+        return [_text("prompt_messages", roles=True).alias("prompt"),
+                _text("completion_messages").alias("completion")]
 
 
 def kto_weights(desirable: int, undesirable: int) -> dict[str, float]:
@@ -336,21 +495,36 @@ class SFTFormat:
     columns = FORMAT_COLUMNS["sft"]
 
     def build(self, source: ExportSource, options: ExportOptions) -> ExportRows:
-        clean = source.branches.filter(pl.col("objective_pass").fill_null(False) & ~pl.col("hack_detected")
-                                       & ~pl.col("hack_suspected")
-                                       & pl.col("rank").is_not_null())
-        if not options.sft_all_passing:
-            clean = clean.filter(pl.col("rank") == pl.col("rank").min().over(["run_id", "task_id"]))
+        clean = self._clean(source.branches, options)
         _require_rows(clean, "clean objective passes", source)
         if not options.conversational:
             raise ConfigError("sft rows are conversations (messages); --format standard does not apply")
-        rows = clean.select(pl.col("prompt_messages").list.concat("completion_messages").alias("messages"),
-                            _tools("mode").alias("tools"), *_branch_provenance())
+        rows = self._rows(clean)
         stats: dict[str, Any] = {"winners": "every clean pass" if options.sft_all_passing else "best-ranked per task"}
         if options.dedupe:
             rows = _dedupe(rows, ["messages"], stats)
         stats["rows"] = rows.height
         return ExportRows(rows, stats=stats)
+
+    def stream(self, source: ExportSource, options: ExportOptions) -> ExportStream:
+        if not options.conversational:
+            raise ConfigError("sft rows are conversations (messages); --format standard does not apply")
+        stats: dict[str, Any] = {"winners": "every clean pass" if options.sft_all_passing else "best-ranked per task"}
+        return _per_slice(source, options, stats, lambda batch: self._rows(self._clean(batch, options)),
+                          ["messages"], "clean objective passes")
+
+    @staticmethod
+    def _clean(branches: pl.DataFrame, options: ExportOptions) -> pl.DataFrame:
+        clean = branches.filter(pl.col("objective_pass").fill_null(False) & ~pl.col("hack_detected")
+                                & ~pl.col("hack_suspected") & pl.col("rank").is_not_null())
+        if not options.sft_all_passing:
+            clean = clean.filter(pl.col("rank") == pl.col("rank").min().over(["run_id", "task_id"]))
+        return clean
+
+    @staticmethod
+    def _rows(clean: pl.DataFrame) -> pl.DataFrame:
+        return clean.select(pl.col("prompt_messages").list.concat("completion_messages").alias("messages"),
+                            _tools("mode").alias("tools"), *_branch_provenance())
 
 
 class GRPOFormat:
@@ -361,12 +535,29 @@ class GRPOFormat:
     columns = FORMAT_COLUMNS["grpo"]
 
     def build(self, source: ExportSource, options: ExportOptions) -> ExportRows:
-        tasks = (source.branches.sort(["run_id", "task_id", "branch_index"])
-                 .unique(["run_id", "task_id"], keep="first", maintain_order=True))
+        tasks = self._tasks(source.branches)
         _require_rows(tasks, "tasks", source)
+        rows = self._rows(tasks, options)
+        stats: dict[str, Any] = {}
+        if options.dedupe:  # the same task in several runs: once
+            rows = _dedupe(rows, ["task_spec"], stats)
+        stats["rows"] = rows.height
+        return ExportRows(rows, stats=stats)
+
+    def stream(self, source: ExportSource, options: ExportOptions) -> ExportStream:
+        return _per_slice(source, options, {}, lambda batch: self._rows(self._tasks(batch), options),
+                          ["task_spec"], "tasks")
+
+    @staticmethod
+    def _tasks(branches: pl.DataFrame) -> pl.DataFrame:
+        return (branches.sort(["run_id", "task_id", "branch_index"])
+                .unique(["run_id", "task_id"], keep="first", maintain_order=True))
+
+    @staticmethod
+    def _rows(tasks: pl.DataFrame, options: ExportOptions) -> pl.DataFrame:
         # A task's reference solution is never exported (it is the answer key of the task's tests).
         spec = pl.col("task_spec").map_elements(_without_solution, return_dtype=pl.String)
-        rows = tasks.select(
+        return tasks.select(
             pl.col("prompt_messages").alias("prompt") if options.conversational else
             _text("prompt_messages", roles=True).alias("prompt"),
             pl.col("task_id"), pl.col("run_id"),
@@ -377,11 +568,27 @@ class GRPOFormat:
             pl.col("task_verifiers").alias("verifiers"),
             spec.alias("task_spec"),
         )
-        stats: dict[str, Any] = {}
-        if options.dedupe:  # the same task in several runs: once
-            rows = _dedupe(rows, ["task_spec"], stats)
-        stats["rows"] = rows.height
-        return ExportRows(rows, stats=stats)
+
+
+def _per_slice(source: ExportSource, options: ExportOptions, stats: dict[str, Any],
+               rows_of: Callable[[pl.DataFrame], pl.DataFrame], content: list[str], what: str) -> ExportStream:
+    """A format whose rows of a slice of whole tasks depend on that slice alone: ``rows_of`` each, in order."""
+
+    def chunks() -> Iterator[ExportRows]:
+        dedupe, total = Deduper(content), 0
+        for batch in source.batches():
+            rows = rows_of(batch)
+            if options.dedupe:
+                rows = dedupe(rows)
+            total += rows.height
+            yield ExportRows(rows)
+        if not total:
+            raise _nothing(what, source)
+        if options.dedupe:
+            stats["duplicates_removed"] = dedupe.removed
+        stats["rows"] = total
+
+    return ExportStream(chunks(), stats)
 
 
 def _without_solution(spec: str) -> str:
@@ -404,6 +611,7 @@ EXPORT_FORMATS.register("kto", KTOFormat)
 EXPORT_FORMATS.register("reward", RewardFormat)
 EXPORT_FORMATS.register("sft", SFTFormat)
 EXPORT_FORMATS.register("grpo", GRPOFormat)
+EXPORT_FORMATS.register("ppo", PPOFormat)
 
 
 def register_format(name: str, factory: Callable[[], ExportFormat]) -> None:

@@ -1,11 +1,15 @@
 """What an export reads of the store: one row per branch, ranked and verified, with its conversation.
 
-The store does the heavy lifting, in one DuckDB query per export
-(:meth:`~factory.store.Store.export_branches`): the latest verdict of each
-verifier per branch, the stored ranking, the task's spec, and the branch's
-trajectory parsed into a typed message list, split into the opening (system
-+ user: the prompt) and the rest (the completion). A run that was never
-ranked is ranked here with :class:`~factory.ranking.RolloutRanker` (not
+The store does the heavy lifting in DuckDB
+(:meth:`~factory.store.Store.export_branch_slice`): the latest verdict of
+each verifier per branch, the stored ranking, the task's spec, and the
+branch's trajectory parsed into a typed message list, split into the opening
+(system + user: the prompt) and the rest (the completion). A source streams
+them in slices of whole tasks (:meth:`ExportSource.batches`, at most
+:data:`BATCH_BRANCHES` branches each unless one task has more), so an export
+holds one slice at a time whatever the size of the store; ``branches`` (every
+row at once) is there for formats that need the whole frame. A run that was
+never ranked is ranked here with :class:`~factory.ranking.RolloutRanker` (not
 stored: an export only reads), and the manifest says so.
 
 Tool-call ``arguments`` leave as JSON text, not objects: a JSONL file loaded
@@ -16,8 +20,7 @@ argument names as nulls, and the chat template would render them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import polars as pl
@@ -26,30 +29,149 @@ from factory.errors import ExportError
 from factory.store import Store
 from factory.verifiers import opinion_verifiers
 
-__all__ = ["ExportSource", "load_source"]
+__all__ = ["BATCH_BRANCHES", "ExportSource", "load_source"]
+
+#: Branches per slice a source streams (whole tasks: a slice ends at the first task boundary past this).
+#: At about 3 KiB of messages a branch, a slice and the rows built from it stay within a few hundred MiB.
+BATCH_BRANCHES = 8192
+
+_RANKING_COLUMNS = ("rank", "reward", "strength", "ci_low", "ci_high")
+_RANKING_SCHEMA = {"run_id": pl.String, "task_id": pl.String, "branch_index": pl.Int32, "rank": pl.Int32,
+                   "reward": pl.Float64, "strength": pl.Float64, "ci_low": pl.Float64, "ci_high": pl.Float64}
 
 
-@dataclass
 class ExportSource:
     """The branches an export draws from, and what they depend on.
 
     Attributes:
-        branches: One row per branch (the columns of :meth:`~factory.store.Store.export_branches`).
         runs: Per run: ``dataset_hash``, ``config_hash``, ``model``, ``created_at``.
         ranked_here: Runs with no stored ranking, ranked for this export.
         ranking_stats: Per run, the ranker's power statistics (``powered``, ``mcnemar_p``, ...).
         excluded: Per run, the branches left out as infrastructure failures (count and reasons).
+        tasks: The tasks read, in export order: ``run_id, task_id, branches`` (outcomes per task).
+        batch_branches: Branches per slice :meth:`batches` yields (whole tasks; None: one slice).
     """
 
-    branches: pl.DataFrame
-    runs: dict[str, dict[str, Any]]
-    ranked_here: list[str] = field(default_factory=list)
-    ranking_stats: dict[str, dict[str, Any]] = field(default_factory=dict)
-    excluded: dict[str, dict[str, Any]] = field(default_factory=dict)
+    def __init__(self, branches: pl.DataFrame | None = None, runs: dict[str, dict[str, Any]] | None = None,
+                 ranked_here: list[str] | None = None, ranking_stats: dict[str, dict[str, Any]] | None = None,
+                 excluded: dict[str, dict[str, Any]] | None = None, *, store: Store | None = None,
+                 opinions: Sequence[str] = (), tasks: pl.DataFrame | None = None,
+                 batch_branches: int | None = BATCH_BRANCHES):
+        if branches is None and store is None:
+            raise ValueError("an ExportSource reads its branches from a frame or a store")
+        self._branches = branches
+        self.runs = runs or {}
+        self.ranked_here = ranked_here if ranked_here is not None else []
+        self.ranking_stats = ranking_stats if ranking_stats is not None else {}
+        self.excluded = excluded if excluded is not None else {}
+        self.store = store
+        self.opinions = list(opinions)
+        if tasks is None:
+            tasks = (store.export_tasks(list(self.runs)) if branches is None else
+                     branches.group_by("run_id", "task_id", maintain_order=True).len("branches")
+                     .with_columns(pl.col("branches").cast(pl.Int64)))
+        self.tasks = tasks
+        self.batch_branches = batch_branches
+        self._rankings: dict[str, pl.DataFrame] = {}  # rankings made here, by run: merged into every slice
+
+    @property
+    def branches(self) -> pl.DataFrame:
+        """Every branch at once (one row each, the columns of :meth:`~factory.store.Store.export_branches`).
+
+        For formats that need the whole frame; the built-in ones stream :meth:`batches` instead.
+        """
+        if self._branches is None:
+            self._branches = pl.concat(list(self._slices(None)), how="vertical") if self.tasks.height else \
+                self._with_rankings(self.store.export_branches(list(self.runs), opinions=self.opinions))
+        return self._branches
+
+    @branches.setter
+    def branches(self, frame: pl.DataFrame) -> None:
+        self._branches = frame
+
+    @property
+    def n_branches(self) -> int:
+        """Branches read (outcomes), counted without reading their messages."""
+        return int(self.tasks["branches"].sum()) if self.tasks.height else 0
+
+    @property
+    def max_branches_per_task(self) -> int:
+        """The most branches any one task has."""
+        return int(self.tasks["branches"].max()) if self.tasks.height else 0
+
+    def judge_objective(self) -> pl.DataFrame:
+        """``judge_score, objective_pass`` of every branch (light: what the manifest's agreement compares)."""
+        if self._branches is not None or self.store is None:
+            return self.branches.select("judge_score", "objective_pass")
+        return self.store.export_judge_objective(list(self.runs), opinions=self.opinions)
+
+    def batches(self) -> Iterator[pl.DataFrame]:
+        """The branches in slices of whole tasks, in export order (run, task, branch).
+
+        Concatenated, the slices are :attr:`branches` row for row; each holds about
+        :attr:`batch_branches` branches (more only when one task has more).
+        """
+        if self._branches is not None:
+            yield from _frame_slices(self._branches, self.tasks, self.batch_branches)
+            return
+        yield from self._slices(self.batch_branches)
+
+    def _slices(self, size: int | None) -> Iterator[pl.DataFrame]:
+        for run_id, first, last, _n in task_slices(self.tasks, size):
+            yield self._with_rankings(self.store.export_branch_slice(run_id, first, last, opinions=self.opinions))
+
+    def _with_rankings(self, frame: pl.DataFrame) -> pl.DataFrame:
+        """Merge the rankings made here into a slice (runs ranked by ``factory rank`` keep their stored one)."""
+        if not self._rankings:
+            return frame
+        runs = frame["run_id"].unique().to_list()
+        ranked = [self._rankings[r] for r in runs if r in self._rankings]
+        frame = frame.with_columns(pl.col("branch_index").cast(pl.Int32))
+        if ranked:
+            ranked_frame = pl.concat(ranked) if len(ranked) > 1 else ranked[0]
+            if frame.height:
+                first, last = frame["task_id"].min(), frame["task_id"].max()
+                ranked_frame = ranked_frame.filter(pl.col("task_id").is_between(pl.lit(first), pl.lit(last)))
+            frame = frame.update(ranked_frame, on=["run_id", "task_id", "branch_index"], how="left")
+        return frame.with_columns(pl.col(c).cast(_RANKING_SCHEMA[c]) for c in _RANKING_COLUMNS)
 
 
-def load_source(store: Store, run_ids: Sequence[str], *, bootstrap_rounds: int = 100) -> ExportSource:
-    """Every branch of ``run_ids`` with its verdicts, ranking and messages.
+def task_slices(tasks: pl.DataFrame, size: int | None) -> list[tuple[str, str, str, int]]:
+    """``(run, first task, last task, branches)`` of consecutive whole tasks of one run, about ``size`` branches.
+
+    A slice closes at the first task that takes it to ``size`` branches or more (None: one slice per run).
+    """
+    if tasks.is_empty():
+        return []
+    before = pl.col("branches").cum_sum().over("run_id") - pl.col("branches")  # branches of the run before it
+    frame = tasks.with_columns((pl.lit(0) if size is None else before // size).alias("_slice"))
+    bounds = (frame.group_by("run_id", "_slice", maintain_order=True)
+              .agg(pl.col("task_id").first().alias("first"), pl.col("task_id").last().alias("last"),
+                   pl.col("branches").sum().alias("n")))
+    return [(run_id, first, last, int(n)) for run_id, first, last, n in
+            bounds.select("run_id", "first", "last", "n").iter_rows()]
+
+
+def _frame_slices(frame: pl.DataFrame, tasks: pl.DataFrame, size: int | None) -> Iterator[pl.DataFrame]:
+    """A frame already in memory, in the slices :func:`task_slices` gives (rows ordered by run and task)."""
+    offset = 0
+    for _run, _first, _last, n in task_slices(tasks, size):
+        yield frame.slice(offset, n)
+        offset += n
+
+
+def load_source(store: Store, run_ids: Sequence[str], *, bootstrap_rounds: int = 100,
+                batch_branches: int | None = BATCH_BRANCHES) -> ExportSource:
+    """The branches of ``run_ids`` with their verdicts, ranking and messages, read slice by slice.
+
+    Nothing heavy is read here: the source reads its slices as a format iterates over them
+    (:meth:`ExportSource.batches`). Runs without a stored ranking are ranked now (light columns only).
+
+    Args:
+        store: The store.
+        run_ids: The runs.
+        bootstrap_rounds: Bootstrap rounds of the ranking made here.
+        batch_branches: Branches per slice (None: the whole export in one).
 
     Raises:
         ExportError: A run is not in the store.
@@ -60,27 +182,28 @@ def load_source(store: Store, run_ids: Sequence[str], *, bootstrap_rounds: int =
     missing = [r for r in run_ids if r not in runs]
     if missing:
         raise ExportError(f"no run {', '.join(missing)} in {store.path} (see: factory runs)")
-    branches = store.export_branches(run_ids, opinions=opinion_verifiers())
     from factory.ranking import excluded_branches
 
-    # Infrastructure failures are not in `branches` (not outcomes): counted here, for the manifest.
-    source = ExportSource(branches, runs, excluded={run_id: excluded_branches(store, run_id) for run_id in run_ids})
+    # Infrastructure failures are not in the branches (not outcomes): counted here, for the manifest.
+    source = ExportSource(runs={run_id: runs[run_id] for run_id in run_ids},
+                          excluded={run_id: excluded_branches(store, run_id) for run_id in run_ids},
+                          store=store, opinions=opinion_verifiers(), batch_branches=batch_branches)
     _rank(store, source, bootstrap_rounds)
     return source
 
 
 def _rank(store: Store, source: ExportSource, bootstrap_rounds: int) -> None:
-    """Fill in rankings for runs without stored ones, and every run's power statistics."""
+    """Rank the runs without a stored ranking, and compute every run's power statistics."""
     from factory.ranking import RolloutRanker, load_pairwise, load_records
 
     ranker = RolloutRanker(bootstrap_rounds=bootstrap_rounds)
-    updates = []
+    stored = store.stored_ranking_counts(list(source.runs))
+    counts = dict(source.tasks.group_by("run_id").agg(pl.col("branches").sum()).iter_rows())
     for run_id in source.runs:
-        frame = source.branches.filter(pl.col("run_id") == run_id)
-        if frame.is_empty():
+        if not counts.get(run_id):
             source.ranking_stats[run_id] = ranker.stats_of([])
             continue
-        if frame["rank"].null_count() == 0:  # stored by `factory rank`: keep its order
+        if stored.get(run_id, 0) >= counts[run_id]:  # stored by `factory rank`: keep its order
             # The evidence statistics depend on the signals and outcomes, never on the order: recomputed.
             source.ranking_stats[run_id] = ranker.evidence_of(load_records(store, run_id),
                                                               load_pairwise(store, run_id))
@@ -88,14 +211,10 @@ def _rank(store: Store, source: ExportSource, bootstrap_rounds: int) -> None:
         result = ranker.rank(load_records(store, run_id), load_pairwise(store, run_id))
         source.ranked_here.append(run_id)
         source.ranking_stats[run_id] = result.stats
-        updates.extend({"run_id": run_id, "task_id": r.task_id, "branch_index": r.branch_index, "rank": r.rank,
-                        "reward": r.reward, "strength": r.strength, "ci_low": r.ci_low, "ci_high": r.ci_high}
-                       for r in result.ranked)
-    if updates:
-        ranked = pl.DataFrame(updates, schema={"run_id": pl.String, "task_id": pl.String, "branch_index": pl.Int32,
-                                               "rank": pl.Int32, "reward": pl.Float64, "strength": pl.Float64,
-                                               "ci_low": pl.Float64, "ci_high": pl.Float64})
-        columns = ["rank", "reward", "strength", "ci_low", "ci_high"]
-        source.branches = (source.branches.with_columns(pl.col("branch_index").cast(pl.Int32))
-                           .update(ranked, on=["run_id", "task_id", "branch_index"], how="left")
-                           .with_columns(pl.col(c).cast(ranked.schema[c]) for c in columns))
+        ranked = result.ranked
+        source._rankings[run_id] = pl.DataFrame(
+            {"run_id": [run_id] * len(ranked), "task_id": [r.task_id for r in ranked],
+             "branch_index": [r.branch_index for r in ranked], "rank": [r.rank for r in ranked],
+             "reward": [r.reward for r in ranked], "strength": [r.strength for r in ranked],
+             "ci_low": [r.ci_low for r in ranked], "ci_high": [r.ci_high for r in ranked]},
+            schema=_RANKING_SCHEMA).sort("task_id", "branch_index")

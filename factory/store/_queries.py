@@ -128,16 +128,23 @@ RUN_PROVENANCE = """
     SELECT run_id, dataset_hash, config_hash, model, created_at FROM runs WHERE list_contains(?, run_id)
     """
 
-#: $runs: a list of run ids; one row per branch with verdicts, ranking, task and typed messages.
-EXPORT_BRANCHES = f"""
-WITH verdict AS ({verdict_summary_sql("list_contains($runs, run_id)")}),
+
+def export_branches_sql(where: str) -> str:
+    """SQL: one row per branch with verdicts, ranking, task and typed messages, for the branches ``where`` selects.
+
+    Args:
+        where: A SQL condition on ``run_id`` (and ``task_id``) that every table read is filtered by, so a
+            bounded slice of tasks reads only its own rows (DuckDB prunes the others by their zone maps).
+    """
+    return f"""
+WITH verdict AS ({verdict_summary_sql(where)}),
 modes AS (
     SELECT run_id, task_id, branch_index, json_extract_string(payload, '$.mode') AS mode FROM events
-    WHERE kind = 'run_start' AND list_contains($runs, run_id)
+    WHERE kind = 'run_start' AND {where}
     QUALIFY row_number() OVER (PARTITION BY run_id, task_id, branch_index ORDER BY seq) = 1),
 parsed AS (
     SELECT b.*, json_transform(b.trajectory, '[{MESSAGE_JSON_SHAPE}]') AS messages FROM branches b
-    WHERE list_contains($runs, b.run_id))
+    WHERE {where})
 SELECT p.run_id, p.task_id, p.branch_index, p.status, p.final_answer, p.model, p.temperature, p.seed,
        list_slice(p.messages, 1, 2) AS prompt_messages,
        list_slice(p.messages, 3, len(p.messages)) AS completion_messages,
@@ -153,11 +160,42 @@ SELECT p.run_id, p.task_id, p.branch_index, p.status, p.final_answer, p.model, p
 FROM parsed p
 LEFT JOIN modes mo USING (run_id, task_id, branch_index)
 LEFT JOIN verdict v USING (run_id, task_id, branch_index)
-LEFT JOIN rankings r USING (run_id, task_id, branch_index)
-LEFT JOIN tasks t USING (run_id, task_id)
+LEFT JOIN (SELECT * FROM rankings WHERE {where}) r USING (run_id, task_id, branch_index)
+LEFT JOIN (SELECT * FROM tasks WHERE {where}) t USING (run_id, task_id)
 WHERE p.status NOT IN {NOT_OUTCOMES}
 ORDER BY p.run_id, p.task_id, p.branch_index
 """
+
+
+#: $runs: a list of run ids; one row per branch with verdicts, ranking, task and typed messages.
+EXPORT_BRANCHES = export_branches_sql("list_contains($runs, run_id)")
+
+#: $run, $first, $last: the rows of :data:`EXPORT_BRANCHES` for one run's tasks ``$first`` .. ``$last``
+#: (an export streams a run in such slices: what it holds at once is bounded by the slice).
+EXPORT_BRANCH_SLICE = export_branches_sql("run_id = $run AND task_id >= $first AND task_id <= $last")
+
+#: $runs: the tasks an export reads, in its order (run, task), with how many branches of each are outcomes.
+EXPORT_TASKS = f"""
+    SELECT run_id, task_id, count(*)::BIGINT AS branches FROM branches
+    WHERE list_contains($runs, run_id) AND status NOT IN {NOT_OUTCOMES}
+    GROUP BY run_id, task_id ORDER BY run_id, task_id
+    """
+
+#: $runs: per run, how many of its outcome branches have a stored rank.
+RANKED_BRANCH_COUNTS = f"""
+    SELECT b.run_id, count(r.rank)::BIGINT AS ranked FROM branches b
+    LEFT JOIN (SELECT * FROM rankings WHERE list_contains($runs, run_id)) r USING (run_id, task_id, branch_index)
+    WHERE list_contains($runs, b.run_id) AND b.status NOT IN {NOT_OUTCOMES} GROUP BY b.run_id
+    """
+
+#: $runs, $opinions: per branch with both, the judge's score and the objective verdict (what an export's
+#: manifest compares: light columns only).
+EXPORT_JUDGE_OBJECTIVE = f"""
+    WITH v AS ({verdict_summary_sql("list_contains($runs, run_id)")})
+    SELECT v.judge_score, v.objective_pass FROM v JOIN branches b USING (run_id, task_id, branch_index)
+    WHERE b.status NOT IN {NOT_OUTCOMES} AND v.judge_score IS NOT NULL AND v.objective_pass IS NOT NULL
+    ORDER BY run_id, task_id, branch_index
+    """
 
 #: ?: delete a run's stored ranking (before writing its new one).
 DELETE_RANKINGS = "DELETE FROM rankings WHERE run_id = ?"

@@ -741,6 +741,32 @@ class Store:
         """
         return self._read(queries.EXPORT_BRANCHES, {"runs": list(run_ids), "opinions": list(opinions)})
 
+    def export_tasks(self, run_ids: Sequence[str]) -> pl.DataFrame:
+        """The tasks an export of ``run_ids`` reads, in its order: ``run_id, task_id, branches`` (outcomes only).
+
+        Light (no messages): an export cuts its run into slices of whole tasks from it
+        (:meth:`export_branch_slice`).
+        """
+        return self._read(queries.EXPORT_TASKS, {"runs": list(run_ids)})
+
+    def export_branch_slice(self, run_id: str, first_task: str, last_task: str, *,
+                            opinions: Sequence[str]) -> pl.DataFrame:
+        """The rows of :meth:`export_branches` for one run's tasks ``first_task`` .. ``last_task`` (inclusive).
+
+        Every table is read through the same condition, so a slice costs what its own rows cost, whatever
+        the size of the store: a streaming export holds one slice at a time.
+        """
+        return self._read(queries.EXPORT_BRANCH_SLICE, {"run": run_id, "first": first_task, "last": last_task,
+                                                        "opinions": list(opinions)})
+
+    def stored_ranking_counts(self, run_ids: Sequence[str]) -> dict[str, int]:
+        """Per run of ``run_ids``, how many of its outcome branches have a stored rank (runs with none: absent)."""
+        frame = self._read(queries.RANKED_BRANCH_COUNTS, {"runs": list(run_ids)})
+        return {run_id: int(n) for run_id, n in frame.iter_rows()}
+
+    def export_judge_objective(self, run_ids: Sequence[str], *, opinions: Sequence[str]) -> pl.DataFrame:
+        """``judge_score, objective_pass`` of every branch of ``run_ids`` (outcomes) that has both."""
+        return self._read(queries.EXPORT_JUDGE_OBJECTIVE, {"runs": list(run_ids), "opinions": list(opinions)})
     # ---------------------------------------------------------------- memory
 
     def memory_state(self) -> tuple[int, datetime | None]:
