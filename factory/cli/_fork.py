@@ -88,6 +88,8 @@ def parse_temperatures(text: str | None, branches: int) -> tuple[float, ...] | N
               help="LLM judge model for tasks with a rubric (a different model from the policy).")
 @click.option("--judge-samples", type=click.IntRange(min=1), default=3, show_default=True,
               help="Independent judge samples per branch (median aggregated).")
+@click.option("--planner", "planner_spec", default=None,
+              help="Planner model of the browser verifier (front-end tasks) [default: the judge].")
 @click.option("--hack-penalty", type=FiniteFloat(0, 1), default=0.4, show_default=True,
               help="Subtracted from the tests score when tampering is detected (floored at 0).")
 @click.option("--judge-budget", type=click.IntRange(min=0), default=None,
@@ -105,7 +107,7 @@ def fork(tasks_file: Path | None, branches: int, model_spec: str | None, base_ur
          max_turns: int, max_tokens: int,
          command_timeout: float, threads: int | None, no_verify: bool, use_memory: bool, memory_k: int,
          embedder: str | None, backend_spec: str | None, judge_spec: str | None,
-         judge_samples: int, hack_penalty: float, judge_budget: int | None, db: Path | None,
+         judge_samples: int, planner_spec: str | None, hack_penalty: float, judge_budget: int | None, db: Path | None,
          run_id: str | None, resume_id: str | None, retry_errors: bool, record: Path | None, as_json: bool) -> None:
     """Sample N branches per task from TASKS, each an agent run in its own sandbox.
 
@@ -174,7 +176,8 @@ def fork(tasks_file: Path | None, branches: int, model_spec: str | None, base_ur
                 pipeline = build_pipeline(config.sandbox, config.limits, policy_spec=model.spec,
                                           judge_spec=judge_spec, judge_samples=judge_samples,
                                           judge_budget=judge_budget, hack_penalty=hack_penalty,
-                                          request_timeout_s=request_timeout_s)
+                                          request_timeout_s=request_timeout_s, planner_spec=planner_spec,
+                                          artifact_dir=store.path.with_name(f"{store.path.stem}-artifacts"))
         memory = None
         if use_memory or (stored is not None and config.memory_k):
             from factory.memory import RolloutMemoryStore, create_embedder, create_memory_backend

@@ -38,7 +38,8 @@ def verify() -> None:
 
 
 def _pipeline(verifiers: tuple[str, ...], judge_spec: str | None, samples: int, sandbox: str, policy: str | None,
-              hack_penalty: float = 0.4, *, request_timeout_s: float):
+              hack_penalty: float = 0.4, *, request_timeout_s: float, planner_spec: str | None = None,
+              artifact_dir: Path | None = None):
     from factory.errors import ConfigError
     from factory.sandbox import sandbox_names
     from factory.verifiers import JudgeSameAsPolicyWarning, build_pipeline, is_objective, verifier_names
@@ -52,7 +53,8 @@ def _pipeline(verifiers: tuple[str, ...], judge_spec: str | None, samples: int, 
         raise ConfigError(f"--sandbox {sandbox}: unknown sandbox (choose from: {', '.join(sandbox_names())})")
     with warnings_shown(JudgeSameAsPolicyWarning):
         pipeline = build_pipeline(sandbox, policy_spec=policy, judge_spec=judge_spec, judge_samples=samples,
-                                  hack_penalty=hack_penalty, request_timeout_s=request_timeout_s)
+                                  hack_penalty=hack_penalty, request_timeout_s=request_timeout_s,
+                                  planner_spec=planner_spec, artifact_dir=artifact_dir)
     if verifiers:
         pipeline.only = frozenset(verifiers)
     return pipeline
@@ -65,14 +67,16 @@ def _pipeline(verifiers: tuple[str, ...], judge_spec: str | None, samples: int, 
 @click.option("--judge", "judge_spec", default=None, help="Judge model, for tasks with a rubric.")
 @click.option("--judge-samples", type=click.IntRange(min=1), default=3, show_default=True,
               help="Judge samples per branch.")
+@click.option("--planner", "planner_spec", default=None,
+              help="Planner model of the browser verifier (front-end tasks) [default: the judge].")
 @click.option("--sandbox", default=None, help="Sandbox for verifiers that run code [default: the run's].")
 @click.option("--hack-penalty", type=FiniteFloat(0, 1), default=0.4, show_default=True,
               help="Subtracted from the tests score when tampering is detected (floored at 0).")
 @request_timeout_option
 @json_option
 def run_command(run_id: str, db: Path | None, verifiers: tuple[str, ...], judge_spec: str | None,
-                judge_samples: int, sandbox: str | None, hack_penalty: float, request_timeout_s: float,
-                as_json: bool) -> None:
+                judge_samples: int, planner_spec: str | None, sandbox: str | None, hack_penalty: float,
+                request_timeout_s: float, as_json: bool) -> None:
     """Re-verify every branch of RUN_ID from its stored final workspace.
 
     A verifier whose version changed adds new verdict rows; the old ones stay.
@@ -86,7 +90,8 @@ def run_command(run_id: str, db: Path | None, verifiers: tuple[str, ...], judge_
         if run is None:
             raise ConfigError(f"no run {run_id} in {store.path}")
         pipeline = _pipeline(verifiers, judge_spec, judge_samples, sandbox or run["sandbox"] or "bwrap", run["model"],
-                             hack_penalty, request_timeout_s=request_timeout_s)
+                             hack_penalty, request_timeout_s=request_timeout_s, planner_spec=planner_spec,
+                             artifact_dir=store.path.with_name(f"{store.path.stem}-artifacts"))
         async def go():
             try:
                 return await verify_stored_run(store, run_id, pipeline, sandbox or run["sandbox"] or "bwrap")
@@ -108,8 +113,12 @@ def run_command(run_id: str, db: Path | None, verifiers: tuple[str, ...], judge_
 @click.option("--exploits", type=click.Path(path_type=Path, dir_okay=False, exists=True), required=True,
               help="JSONL of exploit cases that must not pass.")
 @click.option("--sandbox", default="bwrap", show_default=True, help="Sandbox for verifiers that run code.")
+@click.option("--judge", "judge_spec", default=None,
+              help="Judge model, for the browser verifier's golden sets (a replay: file keeps them offline).")
+@click.option("--planner", "planner_spec", default=None, help="The browser verifier's planner [default: the judge].")
 @json_option
-def golden(verifier_name: str, correct: Path, exploits: Path, sandbox: str, as_json: bool) -> None:
+def golden(verifier_name: str, correct: Path, exploits: Path, sandbox: str, judge_spec: str | None,
+           planner_spec: str | None, as_json: bool) -> None:
     """Report false negatives (correct cases failing) and false positives (exploits passing).
 
     Exits with status 1 when there is any.
@@ -118,10 +127,12 @@ def golden(verifier_name: str, correct: Path, exploits: Path, sandbox: str, as_j
     from factory.models import DEFAULT_REQUEST_TIMEOUT_S
     from factory.verifiers import is_objective, load_golden, run_golden, verifier_names
 
-    if verifier_name in verifier_names() and not is_objective(verifier_name):
-        raise ConfigError(f"--verifier {verifier_name}: golden sets check objective verifiers; "
-                          "the judge is checked with `factory verify calibrate RUN`")
-    pipeline = _pipeline((verifier_name,), None, 1, sandbox, None, request_timeout_s=DEFAULT_REQUEST_TIMEOUT_S)
+    if verifier_name == "judge" or (verifier_name in verifier_names() and not is_objective(verifier_name)
+                                    and not judge_spec):
+        raise ConfigError(f"--verifier {verifier_name}: golden sets check objective verifiers and the browser "
+                          "verifier (give it --judge); the judge is checked with `factory verify calibrate RUN`")
+    pipeline = _pipeline((verifier_name,), judge_spec, 1, sandbox, None, request_timeout_s=DEFAULT_REQUEST_TIMEOUT_S,
+                         planner_spec=planner_spec)
     report = asyncio.run(run_golden(verifier_name, pipeline, load_golden(correct), load_golden(exploits), sandbox))
     if as_json:
         click.echo(dump_json(report.to_dict()))

@@ -354,6 +354,11 @@ class BrowserVerifier:
         self.vision = vision if vision is not None else model.spec.split(":", 1)[0] in VISION_PREFIXES
         self.max_frames, self.max_tokens, self.chromium = max_frames, max_tokens, chromium
 
+    async def aclose(self) -> None:
+        """Close the planner when it is not the judge (the pipeline closes the judge, :attr:`model`)."""
+        if self.planner is not self.model and hasattr(self.planner, "aclose"):
+            await self.planner.aclose()
+
     def sandbox_needed(self, task: Task, have_files: bool) -> bool:
         """A sandbox holding the workspace only when the branch's files are not at hand (it makes its own)."""
         return not have_files
@@ -427,10 +432,12 @@ class BrowserVerifier:
                  f"canvases: {(opened.get('dom') or {}).get('canvases')}\n"
                  f"console errors: {opened.get('console_errors')}\nblocked requests: {opened.get('blocked_requests')}"]
         for number, step in enumerate(steps, start=1):
-            trace.append(f"Frame {number}: action {json.dumps(step.get('action'))[:300]} -> "
-                         f"{'ok' if step.get('ok') else 'FAILED: ' + str(step.get('error'))}; url {step.get('url')}\n"
+            canvas = step.get("canvas_painted_pixels")
+            trace.append(f"Frame {number}: action {json.dumps(step.get('action'), ensure_ascii=False)[:300]} -> "
+                         f"{'ok' if step.get('ok') else 'FAILED: ' + str(step.get('error'))}\n"
                          f"accessibility-tree change:\n{step.get('aria_diff', '(none recorded)')}\n"
-                         f"console errors: {step.get('console_errors')}; "
+                         + (f"canvas painted pixels: {canvas}\n" if canvas else "")
+                         + f"url {step.get('url')}; console errors: {step.get('console_errors')}; "
                          f"blocked requests: {step.get('blocked_requests')}")
         trace_text = "\n\n".join(trace)
         nonce = _nonce(trace_text, source)
@@ -587,7 +594,8 @@ class BrowserVerifier:
         common = {
             "checklist_source": checklist_source, "items": items, "frames": frames, "timings": timings,
             "actions": [{"index": s.get("index"), "action": s.get("action"), "ok": s.get("ok"), "error": s.get("error"),
-                         "url": s.get("url"), "aria_diff": str(s.get("aria_diff", ""))[:1500]} for s in steps],
+                         "url": s.get("url"), "aria_diff": str(s.get("aria_diff", ""))[:1500],
+                         "canvas_painted_pixels": s.get("canvas_painted_pixels")} for s in steps],
             "skipped_actions": skipped, "automation": opened.get("automation"), "load_error": opened.get("load_error"),
             "console_errors": sorted({e for s in steps for e in s.get("console_errors") or []}
                                      | set(opened.get("console_errors") or []))[:20],

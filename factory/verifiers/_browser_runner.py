@@ -66,6 +66,10 @@ _DOM_SUMMARY_JS = """() => {
           text: (document.body ? document.body.innerText : '').slice(0, 3000)};
 }"""
 
+_CANVAS_JS = """() => [...document.querySelectorAll('canvas')].map((c) => {
+  try { const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let painted = 0;
+    for (let i = 3; i < d.length; i += 4) if (d[i] > 0) painted++; return painted; } catch (e) { return null; } })"""
+
 _AUTOMATION_JS = """() => ({webdriver: navigator.webdriver, user_agent: navigator.userAgent,
   plugins: navigator.plugins.length, languages: navigator.languages,
   has_chrome: typeof window.chrome !== 'undefined'})"""
@@ -257,7 +261,9 @@ class Runner:
                 error = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}"
             await asyncio.sleep(0.15)  # let the page's handlers and transitions settle before looking
             aria = await self._snapshot()
+            canvases = await self._bounded(self.page.evaluate(_CANVAS_JS), None)
             steps.append({"index": index, "action": action, "ok": error is None, "error": error,
+                          "canvas_painted_pixels": canvases or None,
                           "url": self.page.url, "aria_diff": _diff(self.aria, aria),
                           "console_errors": self.console[console_from:],
                           "blocked_requests": self.blocked[blocked_from:],
