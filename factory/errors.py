@@ -35,6 +35,7 @@ traceback only for exceptions outside this tree, which are bugs.
     │   └── RunAbortedError           exit 1   a fork stopped because its provider became unavailable
     ├── ExportError                   exit 1   an export cannot be made (no such run, nothing to export)
     │   └── ExportValidationError     exit 2   an exported file breaks its format (every problem, file:line)
+    ├── FeedbackError                 exit 2   feedback naming no branch, turn or stored row; a bad feedback file
     └── TrainingStoppedError          exit 4   a monitor (the reward-hacking detector) ended training early
 """
 
@@ -49,6 +50,7 @@ __all__ = [
     "ExportError",
     "ExportValidationError",
     "FactoryError",
+    "FeedbackError",
     "MalformedResponseError",
     "MigrationError",
     "ModelConfigError",
@@ -320,6 +322,19 @@ class ExportValidationError(ExportError):
         self.problems = list(problems)
         count = len(self.problems)
         super().__init__(f"{count} problem{'s' if count != 1 else ''} in {path}\n" + "\n".join(self.problems))
+
+
+class FeedbackError(FactoryError):
+    """Feedback that cannot be recorded: no such branch, turn, span or feedback id, or a bad feedback file.
+
+    A file's problems are all reported at once, each as ``FILE:LINE: field 'NAME': message``.
+    """
+
+    exit_code = 2
+
+    def __init__(self, message: str, problems: list[str] | None = None):
+        self.problems = list(problems or [])
+        super().__init__(message + "".join("\n" + p for p in self.problems))
 
 
 class TrainingStoppedError(FactoryError):

@@ -23,7 +23,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("factory.sandbox", "factory.models"),
     ("factory.verifiers",),
     ("factory.rollouts",),
-    ("factory.ranking",),
+    ("factory.ranking", "factory.feedback"),
     ("factory.memory", "factory.export"),
     ("factory.trainers", "factory.view"),
     ("factory.cli",),

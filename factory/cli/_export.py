@@ -18,6 +18,10 @@ FORMAT_HELP = {
     "reward": "Pairs with a margin for TRL's RewardTrainer, plus a scalar-reward file (FILE.scalar.EXT).",
     "sft": "The winners' conversations as messages, for TRL's SFTTrainer (rejection-sampling fine-tuning).",
     "grpo": "Prompt-only rows carrying each task's verifier spec, for TRL's GRPOTrainer reward functions.",
+    "hints": "Accepted turn hints: prompt before turn t, the same with the hint, turn t's message (factory train "
+             "hint).",
+    "spans": "Branches with accepted feedback: messages, a polarity per message, the spans (factory train rw-sft, "
+             "span-kto).",
 }
 PAIR_FORMATS = ("dpo", "reward")
 

@@ -13,6 +13,7 @@ __all__ = ["COMMANDS", "main"]
 COMMANDS = {
     "db": "factory.cli._db:db",
     "export": "factory.cli._export:export",
+    "feedback": "factory.cli._feedback:feedback",
     "fork": "factory.cli._fork:fork",
     "tasks": "factory.cli._tasks:tasks",
     "verify": "factory.cli._verify:verify",

@@ -11,13 +11,17 @@ __all__ = ["FORMAT_COLUMNS", "SIDE_FILE_COLUMNS"]
 
 _PAIR = {"prompt": "messages|text", "chosen": "messages|text", "rejected": "messages|text"}
 
-#: format -> column -> kind (``messages``, ``text``, ``messages|text``, ``number``, ``bool``).
+#: format -> column -> kind (``messages``, ``text``, ``messages|text``, ``number``, ``bool``, ``list``).
 FORMAT_COLUMNS: dict[str, dict[str, str]] = {
     "dpo": _PAIR,
     "kto": {"prompt": "messages|text", "completion": "messages|text", "label": "bool"},
     "reward": {**_PAIR, "margin": "number"},
     "sft": {"messages": "messages"},
     "grpo": {"prompt": "messages|text"},
+    # turn-level hints and span-level polarities (factory.export._feedback; checked further by _feedback_rows)
+    "hints": {"prompt": "messages", "teacher_prompt": "messages", "completion": "messages", "hint": "text",
+              "turn": "number"},
+    "spans": {"messages": "messages", "polarity": "list", "spans": "list"},
     "ppo": {"prompt": "messages|text", "completion": "messages|text", "reward": "number"},
 }
 

@@ -614,6 +614,22 @@ EXPORT_FORMATS.register("grpo", GRPOFormat)
 EXPORT_FORMATS.register("ppo", PPOFormat)
 
 
+def _hints_format() -> ExportFormat:
+    from factory.export._feedback import HintsFormat  # it imports this module: resolved on first use
+
+    return HintsFormat()
+
+
+def _spans_format() -> ExportFormat:
+    from factory.export._feedback import SpansFormat
+
+    return SpansFormat()
+
+
+EXPORT_FORMATS.register("hints", _hints_format)
+EXPORT_FORMATS.register("spans", _spans_format)
+
+
 def register_format(name: str, factory: Callable[[], ExportFormat]) -> None:
     """Register an export format under ``name``."""
     EXPORT_FORMATS.register(name, factory)

@@ -4,7 +4,8 @@ Checks: the required columns and their types; one format per file (prompts
 and completions are all message lists or all strings, never both); no empty
 field (an empty string, list or message content where text is needed); chosen
 differs from rejected; messages have known roles; KTO labels are booleans;
-margins are finite numbers.
+margins are finite numbers; the ``hints`` and ``spans`` rows' own contract
+(:func:`~factory.export._feedback_rows.row_problems`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from factory.errors import ExportValidationError
 from factory.export._columns import FORMAT_COLUMNS, SIDE_FILE_COLUMNS
+from factory.export._feedback_rows import row_problems
 from factory.export._files import iter_records
 
 __all__ = ["validate_file"]
@@ -85,7 +87,8 @@ def validate_file(path: str | Path, format_name: str) -> int:
             problems.append(f"{path}:{line}: {error}")
             continue
         rows += 1
-        found = [f"{path}:{line}: {p}" for p in _record_problems(record, columns, shapes, line)]
+        found = [f"{path}:{line}: {p}" for p in [*_record_problems(record, columns, shapes, line),
+                                                  *row_problems(format_name, record)]]
         problems.extend(found)
     if rows == 0 and not problems:
         problems.append(f"{path}: no rows")
@@ -105,6 +108,9 @@ def _record_problems(record: dict[str, Any], columns: dict[str, str], shapes: di
         if kind == "bool":
             if not isinstance(value, bool):
                 problems.append(f"field '{name}': expected true or false, got {value!r}")
+        elif kind == "list":  # what the list holds is the format's own check (row_problems)
+            if not isinstance(value, list):
+                problems.append(f"field '{name}': expected a list, got {type(value).__name__}")
         elif kind == "number":
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 problems.append(f"field '{name}': expected a finite number, got {value!r}")
@@ -114,8 +120,8 @@ def _record_problems(record: dict[str, Any], columns: dict[str, str], shapes: di
             if shape not in allowed:
                 problems.append(f"field '{name}': expected {' or '.join(allowed)}, got {type(value).__name__}")
                 continue
-            first = shapes.setdefault("content", (shape, line))
-            if first[0] != shape:
+            first = shapes.setdefault("content", (shape, line)) if len(allowed) > 1 else (shape, line)
+            if first[0] != shape:  # a column that may be either: every such column of the file alike
                 problems.append(f"field '{name}': {shape} in a file of {first[0]} rows (line {first[1]}); "
                                 "one format per file")
             if shape == "text" and not value.strip():

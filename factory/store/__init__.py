@@ -2,6 +2,14 @@
 
 from factory.store._artifacts import ARTIFACT_KINDS, artifact_rows, companion, file_digest, file_status
 from factory.store._browse import RunBrowser
+from factory.store._feedback import (
+    FEEDBACK_SOURCES,
+    FEEDBACK_STATUSES,
+    POLARITIES,
+    FeedbackRecord,
+    assistant_message_indexes,
+    feedback_id,
+)
 from factory.store._migrations import MIGRATIONS, Migration, applied_migrations, migrate
 from factory.store._records import (
     BranchEvent,
@@ -25,11 +33,15 @@ from factory.store._store import Store, utc_now
 
 __all__ = [
     "ARTIFACT_KINDS",
+    "FEEDBACK_SOURCES",
+    "FEEDBACK_STATUSES",
     "MIGRATIONS",
+    "POLARITIES",
     "BranchEvent",
     "BranchRecord",
     "ErrorEvent",
     "Event",
+    "FeedbackRecord",
     "FinalAnswerEvent",
     "JudgeCallEvent",
     "JudgeSample",
@@ -46,8 +58,10 @@ __all__ = [
     "WorkspaceSnapshot",
     "applied_migrations",
     "artifact_rows",
+    "assistant_message_indexes",
     "companion",
     "file_digest",
+    "feedback_id",
     "file_status",
     "migrate",
     "parse_event",

@@ -200,6 +200,29 @@ EXPORT_JUDGE_OBJECTIVE = f"""
 #: ?: delete a run's stored ranking (before writing its new one).
 DELETE_RANKINGS = "DELETE FROM rankings WHERE run_id = ?"
 
+# ------------------------------------------------------------------ feedback
+
+#: Order of feedback rows: by branch, then by where they sit in the trajectory (a turn before a span).
+_FEEDBACK_ORDER = "run_id, task_id, branch_index, coalesce(turn, -1), coalesce(span_start, -1), source, feedback_id"
+
+#: $run, $task, $status (each NULL for any): a run's feedback rows.
+FEEDBACK = f"""
+    SELECT * FROM feedback WHERE run_id = $run AND ($task IS NULL OR task_id = $task)
+                                 AND ($status IS NULL OR status = $status)
+    ORDER BY {_FEEDBACK_ORDER}
+    """
+
+#: ?: a list of feedback ids; those rows.
+FEEDBACK_BY_IDS = f"SELECT * FROM feedback WHERE list_contains(?, feedback_id) ORDER BY {_FEEDBACK_ORDER}"
+
+#: ?: a list of run ids; their accepted feedback (what the hints and spans exports read).
+ACCEPTED_FEEDBACK = f"""
+    SELECT * FROM feedback WHERE list_contains(?, run_id) AND status = 'accepted' ORDER BY {_FEEDBACK_ORDER}
+    """
+
+#: ?, ?: a status and a list of feedback ids; set their status.
+SET_FEEDBACK_STATUS = "UPDATE feedback SET status = ? WHERE list_contains(?, feedback_id)"
+
 # ------------------------------------------------------------------ memory
 
 #: Row count and newest ``created_at``: changes whenever any writer adds or clears memories.

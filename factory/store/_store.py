@@ -767,6 +767,45 @@ class Store:
     def export_judge_objective(self, run_ids: Sequence[str], *, opinions: Sequence[str]) -> pl.DataFrame:
         """``judge_score, objective_pass`` of every branch of ``run_ids`` (outcomes) that has both."""
         return self._read(queries.EXPORT_JUDGE_OBJECTIVE, {"runs": list(run_ids), "opinions": list(opinions)})
+
+    # -------------------------------------------------------------- feedback
+
+    @_locked
+    def write_feedback(self, rows: Rows) -> int:
+        """Insert or replace feedback rows (:meth:`~factory.store.FeedbackRecord.row`), keyed by ``feedback_id``."""
+        with self._transaction():
+            return self._write("feedback", rows)
+
+    @_locked
+    def set_feedback_status(self, feedback_ids: Sequence[str], status: str) -> int:
+        """Set the status (``accepted``, ``rejected``...) of the given feedback rows; return how many changed."""
+        self._check_writable()
+        if not feedback_ids:
+            return 0
+        with self._transaction():
+            return self._execute(queries.SET_FEEDBACK_STATUS, [status, list(feedback_ids)])
+
+    def feedback(self, run_id: str, *, task_id: str | None = None, status: str | None = None) -> pl.DataFrame:
+        """A run's feedback rows (optionally one task's, or one status's), by branch and place in the trajectory.
+
+        Empty (no columns) on a database written before the ``feedback`` table existed.
+        """
+        if "feedback" not in self._columns:
+            return pl.DataFrame()
+        return self._read(queries.FEEDBACK, {"run": run_id, "task": task_id, "status": status})
+
+    def feedback_by_ids(self, feedback_ids: Sequence[str]) -> pl.DataFrame:
+        """The feedback rows with these ids (those that exist)."""
+        if not feedback_ids or "feedback" not in self._columns:
+            return pl.DataFrame()
+        return self._read(queries.FEEDBACK_BY_IDS, [list(feedback_ids)])
+
+    def accepted_feedback(self, run_ids: Sequence[str]) -> pl.DataFrame:
+        """The accepted feedback of ``run_ids`` (what the ``hints`` and ``spans`` exports read)."""
+        if "feedback" not in self._columns:
+            return pl.DataFrame()
+        return self._read(queries.ACCEPTED_FEEDBACK, [list(run_ids)])
+
     # ---------------------------------------------------------------- memory
 
     def memory_state(self) -> tuple[int, datetime | None]:
