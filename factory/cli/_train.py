@@ -139,6 +139,9 @@ _FIELD_OPTIONS = (
     _FieldOption(("--num-generations",), "num_generations", click.IntRange(min=2)),
     _FieldOption(("--max-completion-length",), "max_completion_length", click.IntRange(min=1)),
     _FieldOption(("--hacking-detector",), "hacking_detector", click.Choice(["off", "warn", "stop"])),
+    _FieldOption(("--ensemble",), "ensemble", click.IntRange(min=1)),
+    _FieldOption(("--reward-model",), "reward_model", click.Path(path_type=Path, file_okay=False, exists=True)),
+    _FieldOption(("--uncertainty-penalty",), "uncertainty_penalty", FiniteFloat(min=0)),
 )
 
 
@@ -247,6 +250,9 @@ def _print(result) -> None:
         click.echo(f"model: {result.model_dir}{hint}")
     if result.adapter_dir:
         click.echo(f"adapter: {result.adapter_dir}")
+    if m.get("ensemble"):  # factory train reward --ensemble K
+        click.echo(f"ensemble of {m['ensemble']['members']} reward models: {m['ensemble']['manifest']} (reward GRPO "
+                   f"with it: factory train grpo --reward-model {result.output_dir} --uncertainty-penalty 0.3)")
     click.echo(f"result: {result.output_dir / 'train_result.json'}" +
                (f"; loss curve: {result.plot_path}" if result.plot_path else ""))
     mask = m.get("loss_mask")

@@ -79,4 +79,8 @@ __all__ += [
     "read_detector_log", "replay_detector", "reward_bins", "reward_kl", "watch_rewards", "compare_runs",
 ]
 
+# The reward-model ensemble (peft adapters on one base) and its GRPO reward, resolved on use as well.
+_LAZY.update({"RewardEnsemble": "_ensemble", "EnsembleReward": "_ensemble"})
+__all__ += ["EnsembleReward", "RewardEnsemble"]
+
 __getattr__ = lazy_exports(__name__, _LAZY)

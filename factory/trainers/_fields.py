@@ -20,6 +20,7 @@ OPTION_FIELDS = (
     "data_file", "model_name_or_path", "output_dir", "use_lora", "max_steps", "num_train_epochs", "learning_rate",
     "per_device_train_batch_size", "gradient_accumulation_steps", "seed", "save_steps", "resume", "max_length",
     "objective", "sandbox", "num_generations", "max_completion_length", "allow_unmasked", "hacking_detector",
+    "ensemble", "reward_model", "uncertainty_penalty",
 )
 
 
@@ -100,6 +101,12 @@ _OWN: dict[str, dict[str, FieldDoc]] = {
         "hacking_detector": FieldDoc("warn", "Reward-hacking detector: warn (status on the console, series in "
                                              "train_result.json, hacking_log.jsonl and hacking.png), stop (also end "
                                              "training at a HARD_STOP, with a checkpoint and exit status 4), or off."),
+        "reward_model": FieldDoc(None, "A reward model folder from `factory train reward` (an --ensemble of K, or one "
+                                       "model) that also scores each completion (TRL adds the rewards; weigh them "
+                                       "with --set reward_weights=[1,1]); its members' std per step is logged "
+                                       "(ensemble/std, hacking_log.jsonl)."),
+        "uncertainty_penalty": FieldDoc(0.0, "λ: the reward model's reward is mean - λ·std over the ensemble's members "
+                                             "(0: the plain mean)."),
     },
     "kto": {
         "learning_rate": FieldDoc(1e-06, "The initial learning rate for AdamW."),
@@ -112,6 +119,10 @@ _OWN: dict[str, dict[str, FieldDoc]] = {
                                      "applied."),
         "objective": FieldDoc("auto", "pairwise (RewardTrainer on chosen/rejected/margin), regression (MSE on the "
                                       "scalar file), or auto."),
+        "ensemble": FieldDoc(1, "Train K reward models as one ensemble (K >= 2): LoRA adapters with their own heads "
+                                "on one frozen base, member k with seed seed+k on a bootstrap resample of the rows; "
+                                "OUTPUT/ensemble.json lists them. `factory train grpo --reward-model OUTPUT "
+                                "--uncertainty-penalty λ` rewards mean - λ·std."),
     },
     "sft": {
         "learning_rate": FieldDoc(2e-05, "The initial learning rate for AdamW."),

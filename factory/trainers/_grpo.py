@@ -36,6 +36,9 @@ class GRPOConfig(TrainerSettings, trl.GRPOConfig):
         sandbox: Sandbox backend for the completions' tool calls and the tests.
         reward_verifiers: Only these objective verifiers score (default: each task's own).
         reward_concurrency: Completions verified at once.
+        reward_model: A reward model or ensemble (``factory train reward [--ensemble K]``) that scores each
+            completion beside the verifiers.
+        uncertainty_penalty: λ: the reward model's reward is the members' mean − λ·std.
         hacking_detector: The reward-hacking detector: ``off``, ``warn`` or ``stop``.
         hacking_warmup_steps: Checkpoints in the detector's warm-up baseline.
         hacking_window: Checkpoints pooled for the current length level and reward histogram.
@@ -49,6 +52,12 @@ class GRPOConfig(TrainerSettings, trl.GRPOConfig):
     reward_verifiers: list[str] | None = field(default=None, metadata={
         "help": "Objective verifiers that score completions (default: every one the task's fields select)."})
     reward_concurrency: int = field(default=2, metadata={"help": "Completions verified at once."})
+    reward_model: str | None = field(default=None, metadata={
+        "help": "A reward model folder from `factory train reward` (an --ensemble of K, or one model) that also "
+                "scores each completion (TRL adds the rewards; weigh them with --set reward_weights=[1,1]); its "
+                "members' std per step is logged (ensemble/std, hacking_log.jsonl)."})
+    uncertainty_penalty: float = field(default=0.0, metadata={
+        "help": "λ: the reward model's reward is mean - λ·std over the ensemble's members (0: the plain mean)."})
     hacking_detector: str = field(default="warn", metadata={
         "help": "Reward-hacking detector: warn (status on the console, series in train_result.json, "
                 "hacking_log.jsonl and hacking.png), stop (also end training at a HARD_STOP, with a checkpoint "
@@ -76,6 +85,20 @@ class GRPOConfig(TrainerSettings, trl.GRPOConfig):
             raise ConfigError(f"reward-hacking detector settings: {exc}") from exc
 
 
+def _reward_model(config: GRPOConfig) -> list:
+    """The reward model's reward function (mean − λ·std over its members), or none without ``reward_model``."""
+    from factory.trainers._ensemble import EnsembleReward, RewardEnsemble
+
+    if config.reward_model is None:
+        if config.uncertainty_penalty:
+            raise ConfigError("--uncertainty-penalty needs --reward-model DIR (an ensemble from `factory train "
+                              "reward --ensemble K`)")
+        return []
+    if config.uncertainty_penalty < 0:  # refused before minutes of loading
+        raise ConfigError(f"--uncertainty-penalty must be >= 0, got {config.uncertainty_penalty}")
+    return [EnsembleReward(RewardEnsemble.load(config.reward_model).to(config.device), config.uncertainty_penalty)]
+
+
 def train_grpo(config: GRPOConfig) -> TrainResult:
     """Train ``config.model_name_or_path`` with GRPO on ``config.data_file``'s prompts; see :func:`run_training`."""
     from factory.trainers._hacking_callback import DETECTOR_MODES, watch_rewards
@@ -84,6 +107,7 @@ def train_grpo(config: GRPOConfig) -> TrainResult:
         raise ConfigError(f"hacking_detector {config.hacking_detector!r}: use one of {', '.join(DETECTOR_MODES)}")
     reward = VerifierReward(config.sandbox, verifiers=config.reward_verifiers, concurrency=config.reward_concurrency)
     settings = config.detector_settings()  # refused before loading anything
+    scorer = _reward_model(config)
     watcher = None
 
     def build(config: GRPOConfig, model, tokenizer, data: TrainingData) -> trl.GRPOTrainer:
@@ -93,8 +117,8 @@ def train_grpo(config: GRPOConfig) -> TrainResult:
             # TRL reloads the KL reference from the policy's folder, and a GGUF's folder holds no config.json
             raise ConfigError(f"GRPO with beta={config.beta} on {config.model_name_or_path}: use --lora "
                               "(the reference is the policy without its adapter) or --set beta=0")
-        funcs, watcher = watch_rewards([reward], config.hacking_detector, settings, Path(config.output_dir),
-                                       weights=config.reward_weights, tokenizer=tokenizer,
+        funcs, watcher = watch_rewards([reward, *scorer], config.hacking_detector, settings,
+                                       Path(config.output_dir), weights=config.reward_weights, tokenizer=tokenizer,
                                        protected={"the training data (--data)": data.path})
         return trl.GRPOTrainer(model=model, reward_funcs=funcs, args=config, train_dataset=data.dataset,
                                processing_class=tokenizer, callbacks=[watcher] if watcher else None)
@@ -103,6 +127,8 @@ def train_grpo(config: GRPOConfig) -> TrainResult:
         found = {f"reward_{key}": value for key, value in sorted(reward.counts.items())}
         if watcher is not None:  # the detector's series and events (metrics.hacking_detector in train_result.json)
             found["hacking_detector"] = watcher.result()
+        if scorer:
+            found["reward_model"] = scorer[0].summary()
         return found
 
     return run_training("grpo", config, "grpo", build, extra_metrics=metrics)

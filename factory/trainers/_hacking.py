@@ -128,12 +128,14 @@ class StepObservation(RecordPart):
         lengths: Each completion's length in tokens.
         rewards: Each completion's total reward (None: unscored, e.g. a verifier that could not run).
         rewards_by_function: Optional: each reward function's reward per completion.
+        reward_std: Optional: a reward-model ensemble's std across members per completion (its disagreement).
     """
 
     step: int
     lengths: list[int]
     rewards: list[float | None]
     rewards_by_function: dict[str, list[float | None]] | None = None
+    reward_std: list[float] | None = None
 
 
 class DetectorStep(RecordPart):
@@ -450,7 +452,7 @@ def _parse_line(path: Path, number: int, text: str, previous: int | None) -> Ste
     unknown = sorted(set(raw) - set(StepObservation.model_fields))
     if unknown:
         raise _problem(path, number, unknown[0], "unknown field (expected step, lengths, rewards, "
-                                                 "rewards_by_function)")
+                                                 "rewards_by_function, reward_std)")
     for name in ("step", "lengths", "rewards"):
         if name not in raw:
             raise _problem(path, number, name, "missing")
@@ -471,6 +473,8 @@ def _parse_line(path: Path, number: int, text: str, previous: int | None) -> Ste
         if not isinstance(rewards_by_function, Mapping):
             raise _problem(path, number, "rewards_by_function", "expected an object of name -> rewards")
         columns.update({f"rewards_by_function.{k}": v for k, v in rewards_by_function.items()})
+    if raw.get("reward_std") is not None:
+        columns["reward_std"] = raw["reward_std"]
     for name, values in columns.items():
         if not isinstance(values, list) or len(values) != len(lengths):
             raise _problem(path, number, name, f"expected a list of {len(lengths)} reward(s), one per length")

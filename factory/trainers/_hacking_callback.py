@@ -63,6 +63,7 @@ class RewardRecorder:
         self.names = list(names)
         self.weights = [float(w) for w in weights] if weights is not None else [1.0] * len(names)
         self.tokenizer = tokenizer
+        self._stds: dict[str, list[list[float]]] = {}  # each call's std per completion, by ensemble reward
         self._calls: dict[str, list[tuple[list[int], list[float | None]]]] = {name: [] for name in self.names}
 
     def _lengths(self, completions: Sequence[Any], completion_ids: Sequence[Sequence[int]] | None) -> list[int]:
@@ -84,6 +85,9 @@ class RewardRecorder:
         def record(completions: list[Any], kwargs: dict[str, Any], rewards: list[float | None]) -> None:
             lengths = self._lengths(completions, kwargs.get("completion_ids"))
             self._calls[name].append((lengths, [None if r is None else float(r) for r in rewards]))
+            spread = getattr(func, "last_std", None)  # a reward-model ensemble's disagreement per completion
+            if spread is not None:
+                self._stds.setdefault(name, []).append(list(spread))
 
         if inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(type(func).__call__):
             @functools.wraps(func)
@@ -124,8 +128,14 @@ class RewardRecorder:
                 totals.append(math.fsum(scored) if scored else None)
         for c in calls:
             del c[:count]
+        stds = None
+        for batches in self._stds.values():  # one ensemble's std per completion (the first, if there are several)
+            stds = [value for batch in batches[:count] for value in batch]
+            del batches[:count]
+            break
         return StepObservation(step=step, lengths=lengths, rewards=totals,
-                               rewards_by_function=by_function if len(self.names) > 1 else None)
+                               rewards_by_function=by_function if len(self.names) > 1 else None,
+                               reward_std=stds if stds is not None and len(stds) == len(lengths) else None)
 
 
 class HackingDetectorCallback(TrainerCallback):

@@ -38,14 +38,21 @@ class RewardConfig(TrainerSettings, trl.RewardConfig):
     Attributes:
         objective: ``pairwise`` (Bradley-Terry on pairs), ``regression`` (MSE on scalar rewards), or ``auto``:
             from the file (the reward export's scalar file, or rows with ``reward`` and no ``chosen``, regress).
+        ensemble: Reward models to train (K >= 2: an ensemble of LoRA members, see :mod:`factory.trainers._ensemble`).
     """
 
     objective: str = field(default="auto", metadata={
         "help": "pairwise (RewardTrainer on chosen/rejected/margin), regression (MSE on the scalar file), or auto."})
+    ensemble: int = field(default=1, metadata={
+        "help": "Train K reward models as one ensemble (K >= 2): LoRA adapters with their own heads on one frozen "
+                "base, member k with seed seed+k on a bootstrap resample of the rows; OUTPUT/ensemble.json lists "
+                "them. `factory train grpo --reward-model OUTPUT --uncertainty-penalty λ` rewards mean - λ·std."})
 
     def __post_init__(self) -> None:
         if self.objective not in REWARD_OBJECTIVES:
             raise ConfigError(f"reward objective must be one of {', '.join(REWARD_OBJECTIVES)}, got {self.objective!r}")
+        if self.ensemble < 1:
+            raise ConfigError(f"ensemble must be at least 1 (one reward model), got {self.ensemble}")
         super().__post_init__()
 
 
@@ -123,6 +130,10 @@ def train_reward(config: RewardConfig) -> TrainResult:
     if objective == "pairwise" and "chosen" not in data.dataset.column_names:
         raise ConfigError(f"{data.path}: field 'chosen': missing; pairwise training needs the reward export's pairs")
     build = _regression if objective == "regression" else _pairwise
+    if config.ensemble > 1:
+        from factory.trainers._ensemble import train_reward_ensemble
+
+        return train_reward_ensemble(config, data, build, objective)
     return run_training("reward", config, ("reward", "reward-scalar"), build, load_model=load_reward_model,
                         lora_task_type="SEQ_CLS", data=data,
                         extra_metrics={"objective": objective})
