@@ -25,7 +25,8 @@ from factory.export import (
 from factory.store import Store
 from tests._runs import FIXED
 
-FORMATS = EXPORT_FORMATS.names()
+#: Feedback formats (hints, spans) need accepted feedback, which this run has none of: tests/feedback.
+FORMATS = [name for name in EXPORT_FORMATS.names() if name not in ("hints", "spans")]
 
 
 def run_export(db: Path, fmt: str, out: Path, options: ExportOptions | None = None, runs=("r1",), **kwargs):

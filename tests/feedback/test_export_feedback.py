@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from factory.errors import ExportValidationError
-from factory.export import validate_file
-from factory.store import feedback_id
+from factory.export import export, validate_file
+from factory.store import Store, feedback_id
 from tests.export.test_golden import normalized
 from tests.feedback.conftest import RUN, invoke
 
@@ -111,3 +111,13 @@ def test_validation_names_rows_that_break_the_contract(tmp_path):
     assert ":1: field 'polarity[3]': a tool message is never in a loss: must be neutral, got negative" in problems
     assert ":2: field 'polarity': 7 entries for 8 messages" in problems
     assert ":3: field 'spans[0]': expected 0 <= start < end <= 6" in problems
+
+
+def test_parquet_files_hold_the_same_rows(exported):
+    pq = pytest.importorskip("pyarrow.parquet")
+    with Store.open(exported / "run.duckdb", read_only=True) as store:
+        for fmt in ("hints", "spans"):
+            result = export(store, fmt, [RUN], exported / "parquet" / f"{fmt}.parquet")
+            assert validate_file(result.path, fmt) == result.manifest.rows
+            jsonl = [json.loads(line) for line in (exported / f"{fmt}.jsonl").read_text().splitlines()]
+            assert pq.read_table(result.path).to_pylist() == jsonl
