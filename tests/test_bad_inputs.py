@@ -76,6 +76,8 @@ def _task_files(folder: Path) -> None:
     jsonl("replies.jsonl", {"prompt_contains": "17 + 25", "response": {"text": "Final: 42"}})
     (folder / "config.yaml").write_text("beta: 0.1\nbetta: 0.2\n")
     (folder / "not-a-store.duckdb").write_text("not a database\n")
+    jsonl("feedback-bad.jsonl", {"run_id": "r1", "task_id": "add", "branch_index": 0, "turn": 0, "polarity": "bad"},
+          {"run_id": "r1", "task_id": "add", "branch_index": 0, "turn": 0})
 
 
 def _export_files(folder: Path, db: Path) -> None:
@@ -304,6 +306,26 @@ CATALOGUE: dict[str, Case] = {
     "validate-missing-file": Case("export validate {missing}.jsonl --format dpo", 2, "does not exist"),
     "validate-wrong-format": Case("export validate {files}/kto.jsonl --format dpo", 2,
                                   "kto.jsonl:1: field 'chosen': missing", lines=25),
+    "export-hints-nothing-accepted": Case("export hints --db {db} --run r1 --out {out}/h.jsonl", 1,
+                                          "nothing to export: no accepted feedback with a hint in run(s) r1"),
+    # ---- feedback: a target outside the branch, an unknown id, a bad file: nothing written
+    "feedback-turn-out-of-range": Case("feedback add r1 fix-factorial 0 --turn 99 --polarity negative --db {db}",
+                                       2, "has 2 assistant turn(s) (0-1); got 99"),
+    "feedback-turn-and-span": Case("feedback add r1 add 0 --turn 0 --span 1:3 --polarity negative --db {db}", 2,
+                                   "give exactly one of --turn N or --span A:B"),
+    "feedback-empty-span": Case("feedback add r1 add 0 --span 3:2 --polarity negative --db {db}", 2,
+                                "'--span': span 3:2 is empty or negative"),
+    "feedback-unknown-run": Case("feedback add NOSUCH add 0 --turn 0 --polarity negative --db {db}", 2,
+                                 "no run NOSUCH in"),
+    "feedback-import-bad-lines": Case("feedback import {files}/feedback-bad.jsonl --db {db}", 2,
+                                      "2 problems in {files}/feedback-bad.jsonl; nothing was imported", lines=3),
+    "feedback-accept-unknown-id": Case("feedback accept fb-nosuch --db {db}", 2,
+                                       "no feedback fb-nosuch in"),
+    "feedback-override-nothing": Case("feedback override fb-nosuch --db {db}", 2,
+                                      "give --polarity, --hint or --note to override"),
+    "feedback-propose-unknown-teacher": Case("feedback propose r1 --teacher nosuch:x --db {db}", 2,
+                                             "unknown model provider 'nosuch'"),
+    "feedback-list-no-store": Case("feedback list r1 --db {missing}.duckdb", 1, "no database at"),
     # ---- train
     "train-missing-data": Case("train dpo --data {missing}.jsonl --output {out}/t", 2,
                                "--data {missing}.jsonl: no such file"),
