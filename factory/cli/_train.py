@@ -142,6 +142,7 @@ _FIELD_OPTIONS = (
     _FieldOption(("--ensemble",), "ensemble", click.IntRange(min=1)),
     _FieldOption(("--reward-model",), "reward_model", click.Path(path_type=Path, file_okay=False, exists=True)),
     _FieldOption(("--uncertainty-penalty",), "uncertainty_penalty", FiniteFloat(min=0)),
+    _FieldOption(("--multi-turn",), "multi_turn", flag=True),
 )
 
 

@@ -1,6 +1,6 @@
 """DuckDB store: schema, migrations, idempotent writes, Polars reads, and every SQL statement the stages run."""
 
-from factory.store._artifacts import ARTIFACT_KINDS, artifact_rows, companion, file_digest, file_status
+from factory.store._artifacts import artifact_rows, companion, file_status
 from factory.store._browse import RunBrowser
 from factory.store._feedback import (
     FEEDBACK_SOURCES,
@@ -32,7 +32,6 @@ from factory.store._records import (
 from factory.store._store import Store, utc_now
 
 __all__ = [
-    "ARTIFACT_KINDS",
     "FEEDBACK_SOURCES",
     "FEEDBACK_STATUSES",
     "MIGRATIONS",
@@ -60,7 +59,6 @@ __all__ = [
     "artifact_rows",
     "assistant_message_indexes",
     "companion",
-    "file_digest",
     "feedback_id",
     "file_status",
     "migrate",

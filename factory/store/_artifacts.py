@@ -24,6 +24,7 @@ from factory.provenance import content_hash, file_sha256
 
 __all__ = ["ARTIFACT_KINDS", "FILE_STATUSES", "artifact_rows", "companion", "file_digest", "file_status"]
 
+#: What a row records: a rank plot, a power verdict, an export, a trained model.
 ARTIFACT_KINDS = ("rank_plot", "power", "export", "model")
 #: What :func:`file_status` says of a recorded file.
 FILE_STATUSES = ("matches", "changed", "missing", "no file")

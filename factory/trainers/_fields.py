@@ -21,6 +21,7 @@ OPTION_FIELDS = (
     "per_device_train_batch_size", "gradient_accumulation_steps", "seed", "save_steps", "resume", "max_length",
     "objective", "sandbox", "num_generations", "max_completion_length", "allow_unmasked", "hacking_detector",
     "ensemble", "reward_model", "uncertainty_penalty",
+    "multi_turn",
 )
 
 
@@ -107,6 +108,11 @@ _OWN: dict[str, dict[str, FieldDoc]] = {
                                        "(ensemble/std, hacking_log.jsonl)."),
         "uncertainty_penalty": FieldDoc(0.0, "λ: the reward model's reward is mean - λ·std over the ensemble's members "
                                              "(0: the plain mean)."),
+        "multi_turn": FieldDoc(None, "Multi-turn episodes: the policy calls the fork agent's tools (read_file, "
+                                     "write_file, list_files, run, submit) in a fresh sandbox per rollout and sees "
+                                     "their results; the episode is verified when it ends, and the loss skips the "
+                                     "tool results' tokens (default: multi-turn where a task has files, tests or a "
+                                     "build; --set multi_turn=false for one completion per prompt)."),
     },
     "kto": {
         "learning_rate": FieldDoc(1e-06, "The initial learning rate for AdamW."),

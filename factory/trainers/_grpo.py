@@ -6,6 +6,11 @@ task's answer / tests / build / schema / rules verifiers, tool calls and
 tests run in a sandbox), so the policy is trained online on the same checks
 that made the data.
 
+With ``multi_turn`` (the default where a task has files, tests or a build), the
+policy works through the task with the fork agent's tools in a fresh sandbox
+per rollout and sees every tool result while it generates; the episode is
+verified after it ends: see :mod:`factory.trainers._environment`.
+
 A reward-hacking detector watches the loop (``hacking_detector``: ``warn`` by
 default, ``stop``, ``off``): see :mod:`factory.trainers._hacking_callback`.
 """
@@ -45,6 +50,8 @@ class GRPOConfig(TrainerSettings, trl.GRPOConfig):
         hacking_length_z: Length z-score that fires the length rule.
         hacking_reward_kl: KL the trend rule must exceed.
         hacking_trend: Rises in a row the KL trend rule needs.
+        multi_turn: Episodes with the agent's tools in a sandbox (True), one completion (False), or None: multi-turn
+            where a task has files, tests or a build.
     """
 
     sandbox: str = field(default="bwrap", metadata={
@@ -74,6 +81,12 @@ class GRPOConfig(TrainerSettings, trl.GRPOConfig):
     hacking_trend: int = field(default=3, metadata={
         "help": "... without a fall for this many logging steps in a row (also the steps in a row one rule must "
                 "fire for HARD_STOP)."})
+
+    multi_turn: bool | None = field(default=None, metadata={
+        "help": "Multi-turn episodes: the policy calls the fork agent's tools (read_file, write_file, list_files, "
+                "run, submit) in a fresh sandbox per rollout and sees their results; the episode is verified when "
+                "it ends, and the loss skips the tool results' tokens (default: multi-turn where a task has files, "
+                "tests or a build; --set multi_turn=false for one completion per prompt)."})
 
     def detector_settings(self) -> DetectorSettings:
         """The reward-hacking detector's thresholds from this config."""
@@ -105,9 +118,18 @@ def train_grpo(config: GRPOConfig) -> TrainResult:
 
     if config.hacking_detector not in DETECTOR_MODES:
         raise ConfigError(f"hacking_detector {config.hacking_detector!r}: use one of {', '.join(DETECTOR_MODES)}")
-    reward = VerifierReward(config.sandbox, verifiers=config.reward_verifiers, concurrency=config.reward_concurrency)
+    from factory.trainers._data import load_training_data
+    from factory.trainers._environment import Episodes, wants_multi_turn
+
     settings = config.detector_settings()  # refused before loading anything
     scorer = _reward_model(config)
+    if not config.data_file:
+        raise ConfigError("no training data: give --data FILE (an export from `factory export`)")
+    data = load_training_data(config.data_file, "grpo")
+    episodes = (Episodes(config.sandbox, verifiers=config.reward_verifiers, concurrency=config.reward_concurrency)
+                if wants_multi_turn(data.dataset, config.multi_turn) else None)
+    reward = episodes or VerifierReward(config.sandbox, verifiers=config.reward_verifiers,
+                                        concurrency=config.reward_concurrency)
     watcher = None
 
     def build(config: GRPOConfig, model, tokenizer, data: TrainingData) -> trl.GRPOTrainer:
@@ -117,18 +139,39 @@ def train_grpo(config: GRPOConfig) -> TrainResult:
             # TRL reloads the KL reference from the policy's folder, and a GGUF's folder holds no config.json
             raise ConfigError(f"GRPO with beta={config.beta} on {config.model_name_or_path}: use --lora "
                               "(the reference is the policy without its adapter) or --set beta=0")
+        if episodes is not None:
+            return _multi_turn_trainer(config, model, tokenizer, data, episodes, settings)
         funcs, watcher = watch_rewards([reward, *scorer], config.hacking_detector, settings,
                                        Path(config.output_dir), weights=config.reward_weights, tokenizer=tokenizer,
                                        protected={"the training data (--data)": data.path})
         return trl.GRPOTrainer(model=model, reward_funcs=funcs, args=config, train_dataset=data.dataset,
                                processing_class=tokenizer, callbacks=[watcher] if watcher else None)
 
+    def _multi_turn_trainer(config, model, tokenizer, data, episodes, settings) -> trl.GRPOTrainer:
+        nonlocal watcher
+        from factory.trainers._environment import multi_turn_rows, parse_tool_calls_with, policy_token_counts
+
+        tokenizer = parse_tool_calls_with(tokenizer)
+        funcs, watcher = watch_rewards([reward, *scorer], config.hacking_detector, settings,
+                                       Path(config.output_dir), weights=config.reward_weights, tokenizer=tokenizer,
+                                       protected={"the training data (--data)": data.path},
+                                       count_tokens=lambda c, ids: policy_token_counts(c, ids, tokenizer))
+        return trl.GRPOTrainer(model=model, reward_funcs=funcs, args=config,
+                               train_dataset=multi_turn_rows(data.dataset, data.path), processing_class=tokenizer,
+                               callbacks=[watcher] if watcher else None, environment_factory=episodes.factories())
+
     def metrics() -> dict:
         found = {f"reward_{key}": value for key, value in sorted(reward.counts.items())}
+        if episodes is not None:
+            found["multi_turn"] = {"sandbox_seconds": {k: round(v, 3) for k, v in sorted(episodes.seconds.items())},
+                                   "open_sandboxes_at_end": episodes.open_sandboxes()}
         if watcher is not None:  # the detector's series and events (metrics.hacking_detector in train_result.json)
             found["hacking_detector"] = watcher.result()
         if scorer:
             found["reward_model"] = scorer[0].summary()
         return found
 
-    return run_training("grpo", config, "grpo", build, extra_metrics=metrics)
+    if episodes is None:
+        return run_training("grpo", config, "grpo", build, data=data, extra_metrics=metrics)
+    with episodes:  # every sandbox still open is closed, also when training fails
+        return run_training("grpo", config, "grpo", build, data=data, extra_metrics=metrics)

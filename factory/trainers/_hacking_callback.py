@@ -55,19 +55,25 @@ class RewardRecorder:
         names: The reward functions' names, in order.
         weights: Their weights in the total (TRL's ``reward_weights``; None: 1 each).
         tokenizer: Counts tokens where the trainer passes no ``completion_ids``.
+        count_tokens: ``(completions, completion_ids) -> lengths``: the policy's own tokens where the ids hold
+            others too (multi-turn GRPO: tool results; see :func:`~factory.trainers._environment.policy_token_counts`).
     """
 
-    def __init__(self, names: Sequence[str], weights: Sequence[float] | None = None, tokenizer: Any = None):
+    def __init__(self, names: Sequence[str], weights: Sequence[float] | None = None, tokenizer: Any = None,
+                 count_tokens: Callable[[Sequence[Any], Sequence[Sequence[int]]], list[int]] | None = None):
         if weights is not None and len(weights) != len(names):
             raise ConfigError(f"{len(weights)} reward weight(s) for {len(names)} reward function(s)")
         self.names = list(names)
         self.weights = [float(w) for w in weights] if weights is not None else [1.0] * len(names)
         self.tokenizer = tokenizer
         self._stds: dict[str, list[list[float]]] = {}  # each call's std per completion, by ensemble reward
+        self.count_tokens = count_tokens
         self._calls: dict[str, list[tuple[list[int], list[float | None]]]] = {name: [] for name in self.names}
 
     def _lengths(self, completions: Sequence[Any], completion_ids: Sequence[Sequence[int]] | None) -> list[int]:
         if completion_ids is not None:
+            if self.count_tokens is not None:
+                return self.count_tokens(completions, completion_ids)
             return [len(ids) for ids in completion_ids]
         from factory.trainers._rewards import completion_text
 
@@ -216,7 +222,8 @@ class HackingDetectorCallback(TrainerCallback):
 
 def watch_rewards(reward_funcs: Sequence[Callable[..., Any]], mode: str, settings: DetectorSettings,
                   output_dir: Path, *, weights: Sequence[float] | None = None, tokenizer: Any = None,
-                  protected: Mapping[str, Path] | None = None
+                  protected: Mapping[str, Path] | None = None,
+                  count_tokens: Callable[[Sequence[Any], Sequence[Sequence[int]]], list[int]] | None = None
                   ) -> tuple[list[Callable[..., Any]], HackingDetectorCallback | None]:
     """The reward functions to give the trainer, and the callback that watches them (None with mode ``off``).
 
@@ -228,6 +235,7 @@ def watch_rewards(reward_funcs: Sequence[Callable[..., Any]], mode: str, setting
         weights: TRL's ``reward_weights``.
         tokenizer: Counts tokens where TRL passes no ``completion_ids``.
         protected: Paths the detector's files must not overwrite.
+        count_tokens: Counts the policy's own tokens of each completion (see :class:`RewardRecorder`).
 
     Raises:
         ConfigError: An unknown mode, or weights that do not match the functions.
@@ -239,6 +247,6 @@ def watch_rewards(reward_funcs: Sequence[Callable[..., Any]], mode: str, setting
     names = [getattr(func, "__name__", f"reward_{i}") for i, func in enumerate(reward_funcs)]
     if len(set(names)) != len(names):
         names = [f"{name}_{i}" for i, name in enumerate(names)]
-    recorder = RewardRecorder(names, weights, tokenizer)
+    recorder = RewardRecorder(names, weights, tokenizer, count_tokens)
     wrapped = [recorder.wrap(func, name) for func, name in zip(reward_funcs, names)]
     return wrapped, HackingDetectorCallback(recorder, mode, settings, output_dir, protected)

@@ -1,0 +1,174 @@
+"""Multi-turn GRPO on the tiny model: TRL's tool loop driving our sandbox environment, rewarded by our verifiers.
+
+What is forced, and how: the tiny model is random and calls no tool by itself, so its sampling is steered
+through TRL's own ``generation_kwargs`` with transformers' ``sequence_bias`` (a logits bias on token
+sequences, keyed on the tokens before them): from the prompt, a +100 bias makes it write
+``read_file answer.py``; after that tool's result, ``write_file answer.py`` with ``return 42`` or
+``return 41`` (both biased alike, so the model's own logits pick one per rollout: the group gets passes and
+fails); after ``wrote ... bytes``, ``submit``; after ``submitted: ...``, end of turn. The biases fire only where
+the tool results the environment actually returned are in the context. Nothing else is scripted: TRL parses
+the calls and runs the tool loop, our environment carries them out in real bwrap sandboxes (seeded with the
+task's files, tests out of reach), the isolated tests verifier scores the episodes, and the loss is the
+model's own log-probabilities (the bias only picks what is sampled).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch (the 'train' extra) is not installed")
+trl = pytest.importorskip("trl", reason="trl (the 'train' extra) is not installed")
+datasets = pytest.importorskip("datasets", reason="datasets (the 'train' extra) is not installed")
+
+from factory.tasks import Task  # noqa: E402
+from factory.trainers._environment import (  # noqa: E402
+    Episodes,
+    multi_turn_rows,
+    parse_tool_calls_with,
+    policy_token_counts,
+)
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+
+TASK = Task(id="answer-42", prompt="answer() must return 42. Fix answer.py so the test passes.",
+            files={"answer.py": "def answer():\n    return 0\n"},
+            tests={"test_answer.py": "from answer import answer\n\n\ndef test_answer():\n    assert answer() == 42\n"},
+            test_command="python -m pytest -q")
+
+
+@pytest.fixture(autouse=True)
+def _one_thread(one_torch_thread):
+    """Trains the tiny model (see tests/conftest.py)."""
+
+
+def call(name: str, **arguments) -> str:
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call><|im_end|>"
+
+
+def written(value: int) -> str:
+    return f"def answer():\n    return {value}\n"
+
+
+def rows_file(folder: Path) -> Path:
+    """One GRPO export row for TASK, as `factory export grpo` writes it (the fork agent's opening messages)."""
+    from factory.rollouts import ToolCallingAgent
+
+    opening = ToolCallingAgent(None).opening(TASK)  # type: ignore[arg-type]  # the opening needs no model
+    path = folder / "grpo.jsonl"
+    spec = json.dumps(TASK.model_dump(mode="json"))
+    path.write_text(json.dumps({"prompt": opening, "task_id": TASK.id, "task_spec": spec}) + "\n")
+    return path
+
+
+def tool_suffix(tokenizer, name: str, content: str) -> list[int]:
+    """The tokens TRL appends after a tool call: the tool message and the next assistant header."""
+    dummy = [{"role": "user", "content": "dummy"}, {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": name, "arguments": {}}}]}]
+    prefix = tokenizer.apply_chat_template(dummy, tokenize=True, return_dict=False)
+    full = tokenizer.apply_chat_template(dummy + [{"role": "tool", "name": name, "content": content}],
+                                         add_generation_prompt=True, tokenize=True, return_dict=False)
+    end = max(i for i, t in enumerate(prefix) if t == tokenizer.eos_token_id) + 1
+    return full[end:]
+
+
+def steering(tokenizer, context: int = 24) -> list[list]:
+    """transformers' ``sequence_bias``: +100 on each token of the scripted turns, keyed on the context before it."""
+    from factory.rollouts import ToolCallingAgent
+
+    after_prompt = tokenizer.apply_chat_template(ToolCallingAgent(None).opening(TASK),  # type: ignore[arg-type]
+                                                 add_generation_prompt=True, tokenize=True, return_dict=False)
+    turns = [(after_prompt[-12:], call("read_file", path="answer.py")),
+             *[(tool_suffix(tokenizer, "read_file", TASK.files["answer.py"]), call(
+                 "write_file", path="answer.py", content=written(v))) for v in (42, 41)],
+             (tool_suffix(tokenizer, "write_file", f"wrote {len(written(42))} bytes to answer.py"),
+              call("submit", answer="answer() returns 42")),
+             (tool_suffix(tokenizer, "submit", "submitted: answer() returns 42"), "<|im_end|>")]
+    bias = {}
+    for before, text in turns:
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        for i in range(len(ids)):
+            bias[tuple((list(before) + ids[:i])[-context:] + [ids[i]])] = 100.0
+    return [[list(key), value] for key, value in bias.items()]
+
+
+def sandbox_leftovers(owner: str) -> list[str]:
+    """What this process's sandboxes for ``owner`` left in its sandbox folder."""
+    from factory.sandbox import sandbox_root
+
+    folder = sandbox_root() / f"{owner}-{os.getpid()}"
+    return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+
+
+def trainer_for(tiny_model: str, folder: Path, episodes: Episodes, reward_funcs, generations: int = 4,
+                **settings) -> trl.GRPOTrainer:
+    from transformers import AutoTokenizer
+
+    tokenizer = parse_tool_calls_with(AutoTokenizer.from_pretrained(tiny_model))
+    data = datasets.load_dataset("json", data_files=str(rows_file(folder)), split="train",
+                                 cache_dir=str(folder / "hf"))
+    config = trl.GRPOConfig(
+        output_dir=str(folder / "out"), max_steps=1, per_device_train_batch_size=generations,
+        num_generations=generations, max_completion_length=400, learning_rate=1e-2, use_cpu=True, bf16=False,
+        report_to="none",
+        logging_steps=1, save_strategy="no", disable_tqdm=True, seed=1, beta=0.0, temperature=1.0,
+        max_tool_calling_iterations=4, generation_kwargs={"sequence_bias": steering(tokenizer)}, **settings)
+    return trl.GRPOTrainer(model=tiny_model, reward_funcs=reward_funcs, args=config,
+                           train_dataset=multi_turn_rows(data, folder / "grpo.jsonl"), processing_class=tokenizer,
+                           environment_factory=episodes.factories())
+
+
+def test_episodes_call_the_agents_tools_in_a_sandbox_and_are_rewarded_by_the_tests(tiny_model, tmp_path):
+    seen = {}
+
+    def watch(prompts, completions, completion_ids, **kwargs):
+        """A zero-weight reward function: what TRL handed the reward functions."""
+        seen.update(completions=completions, completion_ids=completion_ids)
+        return [0.0] * len(completions)
+
+    with Episodes("bwrap") as episodes:
+        trainer = trainer_for(tiny_model, tmp_path, episodes, [watch, episodes], reward_weights=[0.0, 1.0])
+        before = {k: v.detach().clone() for k, v in trainer.model.named_parameters()}
+        trainer.train()
+        tokenizer = trainer.processing_class
+        assert episodes.open_sandboxes() == 0
+    completions = seen["completions"]
+    for completion, ids in zip(completions, seen["completion_ids"]):
+        roles = [m["role"] for m in completion]
+        assert roles[:4] == ["assistant", "tool", "assistant", "tool"], roles
+        # read_file ran in a sandbox seeded with the task's files, and its result is in the policy's context
+        assert completion[1]["content"] == TASK.files["answer.py"]
+        assert TASK.files["answer.py"] in tokenizer.decode(ids)
+        assert completion[0]["tool_calls"][0]["function"]["name"] == "read_file"
+    wrote = [c[2]["tool_calls"][0]["function"]["arguments"]["content"] for c in completions]
+    assert set(wrote) == {written(42), written(41)}, wrote  # the group holds passes and fails
+    # the policy's own tokens: the ids less the tool messages TRL inserted (what the hacking detector counts)
+    own = policy_token_counts(completions, seen["completion_ids"], tokenizer)
+    assert all(0 < n < len(ids) for n, ids in zip(own, seen["completion_ids"]))
+    # rewards come from the isolated tests verifier: 1 for `return 42`, 0 for `return 41`
+    logged = trainer.state.log_history[0]
+    passes = sum(w == written(42) for w in wrote)
+    assert logged["rewards/verifiers/mean"] == pytest.approx(passes / len(wrote))
+    assert episodes.counts["scored"] == 4 and episodes.counts["tests_passes"] == passes
+    assert episodes.counts["sandboxes_started"] == episodes.counts["sandboxes_closed"] == 4
+    assert episodes.counts["tool_calls"] == 12
+    moved = sum(not torch.equal(before[k], v) for k, v in trainer.model.named_parameters())
+    assert moved > 0
+    assert sandbox_leftovers(episodes.owner) == []
+
+
+def test_no_sandbox_is_left_behind_when_training_fails(tiny_model, tmp_path):
+    """A reward function that fails after every episode's reset: the trainer stops, the sweep closes them all."""
+
+    def broken(prompts, completions, **kwargs):
+        raise RuntimeError("induced failure")
+
+    with pytest.raises(RuntimeError, match="induced failure"), Episodes("bwrap") as episodes:
+        trainer_for(tiny_model, tmp_path, episodes, [broken, episodes], generations=2).train()
+    assert episodes.counts["sandboxes_started"] == 2 and episodes.open_sandboxes() == 0
+    assert episodes.counts["sandboxes_closed"] == 2
+    assert sandbox_leftovers(episodes.owner) == []
