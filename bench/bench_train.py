@@ -69,6 +69,15 @@ start and end; treat runs where others were busy with suspicion.
 Usage: python bench/bench_train.py [--steps 40] [--repeats 3] [--pairs 400] [--hidden 128] [--layers 2]
        [--batch-size 2] [--max-length 256] [--lr 5e-6] [--threads 1] [--seed 0] [--workdir DIR]
        [--quiet-wait 10] [--no-warmup] [--profile] [--quick] [--json]
+       python bench/bench_train.py --grpo [--steps 4] [--generations 4] [--threads 1] [--json]
+
+``--grpo`` measures multi-turn GRPO instead (issue 30): a few steps on the tiny model of the task and scripted
+episodes of ``tests/trainers/test_multi_turn.py`` (read_file, write_file ``return 42`` or ``41``, submit; steered
+by ``sequence_bias``), in this process, ours (:class:`factory.trainers._environment.Episodes`: a bwrap sandbox per
+rollout, the fork's verification pipeline after each episode) against a plain TRL environment with the same tools
+over a dict in memory, rewarded in Python. It prints rollouts/s for both and where each run's wall time went:
+the sandboxes (start, tool calls, collect/close/verify), generation (TRL's ``_generate`` less the tools' sandbox
+time), the loss's forward and backward (``training_step`` less ``_generate_and_score_completions``), and the rest.
 """
 
 from __future__ import annotations
@@ -452,6 +461,10 @@ def main() -> None:
     parser.add_argument("--multi-turn", action="store_true",
                         help="agent rows (tool call, tool result, reply): factory masks the tool's tokens out of the "
                              "loss, the plain TRL script does not, so the ratio is the masking's overhead")
+    parser.add_argument("--grpo", action="store_true",
+                        help="instead: multi-turn GRPO on the tiny model (rollouts/s; shares of time in sandboxes, "
+                             "generation and backward), ours against the same tools in memory")
+    parser.add_argument("--generations", type=int, default=4, help="--grpo: rollouts per step (num_generations)")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON document at the end")
     # The baseline child (this file as a plain TRL script):
     parser.add_argument("--baseline-child", action="store_true", help=argparse.SUPPRESS)
@@ -470,7 +483,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-train-") as tmp, commentary:
         work = Path(args.workdir or tmp)
         work.mkdir(parents=True, exist_ok=True)
-        report = bench(args, work)
+        report = bench_grpo(args, work) if args.grpo else bench(args, work)
     if args.json:
         print(json.dumps(report, indent=2, default=str))
 
@@ -613,6 +626,171 @@ def bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "goal": {"max_overhead": GOAL, "steps_per_second_met": speed_ok, "peak_rss_met": memory_ok},
         "profile": profile,
     }
+
+
+# ------------------------------------------------------------------ multi-turn GRPO (--grpo)
+
+class _MemoryWorkspace:
+    """The baseline's environment: the same five tools over a dict in memory (no sandbox), the same result texts.
+
+    What a plain TRL script would write for this task: the answer checked in Python, no sandbox, no verifier.
+    """
+
+    def __init__(self) -> None:
+        self.files: dict[str, str] = {}
+        self.submitted: str | None = None
+
+    def reset(self, **row: Any) -> None:
+        spec = json.loads(row["task_spec"])
+        self.files, self.submitted = dict(spec["files"]), None
+
+    def get_reward(self) -> float:
+        return float("return 42" in self.files.get("answer.py", ""))
+
+    def read_file(self, path: str) -> str:
+        """Read a text file from the workspace.
+
+        Args:
+            path: Path relative to the workspace.
+        """
+        return self.files.get(path, f"error: no file {path}")
+
+    def write_file(self, path: str, content: str) -> str:
+        """Create or overwrite a file in the workspace.
+
+        Args:
+            path: Path relative to the workspace.
+            content: The file's new text.
+        """
+        self.files[path] = content
+        return f"wrote {len(content.encode())} bytes to {path}"
+
+    def list_files(self, path: str | None = None) -> str:
+        """List files in the workspace (recursively).
+
+        Args:
+            path: Directory; default the workspace root.
+        """
+        return "\n".join(sorted(self.files))
+
+    def run(self, command: str, timeout: float | None = None) -> str:
+        """Run a shell command in the workspace sandbox (no network).
+
+        Args:
+            command: The shell command.
+            timeout: Seconds (capped by the sandbox limit).
+        """
+        return "error: no shell here"
+
+    def submit(self, answer: str) -> str:
+        """Submit the final answer; this ends the task.
+
+        Args:
+            answer: The final answer (for code tasks, a one-line summary of the fix).
+        """
+        self.submitted = answer
+        return f"submitted: {answer}"
+
+
+def _timed(trainer: Any, name: str, clock: dict[str, float]) -> None:
+    """Wrap ``trainer.<name>`` (bench-only instrumentation) so that its wall time adds to ``clock[name]``."""
+    inner = getattr(trainer, name)
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            clock[name] = clock.get(name, 0.0) + time.perf_counter() - started
+
+    setattr(trainer, name, wrapper)
+
+
+def grpo_run(side: str, args: argparse.Namespace, work: Path, model: Path) -> dict[str, Any]:
+    """One multi-turn GRPO run of ``args.steps`` steps: ours (sandboxes, verifiers) or the in-memory baseline."""
+    import datasets
+    import torch
+    import trl
+    from transformers import AutoTokenizer
+
+    from factory.trainers._environment import Episodes, multi_turn_rows, parse_tool_calls_with
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository: the tests' scripted task
+    from tests.trainers.test_multi_turn import rows_file, steering
+
+    torch.set_num_threads(args.threads)
+    tokenizer = parse_tool_calls_with(AutoTokenizer.from_pretrained(model))
+    folder = work / f"grpo-{side}"
+    folder.mkdir(exist_ok=True)
+    rows = datasets.load_dataset("json", data_files=str(rows_file(folder)), split="train",
+                                 cache_dir=str(folder / "hf"))
+    config = trl.GRPOConfig(
+        output_dir=str(folder / "out"), max_steps=args.steps, per_device_train_batch_size=args.generations,
+        num_generations=args.generations, max_completion_length=400, learning_rate=1e-3, use_cpu=True, bf16=False,
+        report_to="none", logging_steps=1, save_strategy="no", disable_tqdm=True, seed=args.seed, beta=0.0,
+        max_tool_calling_iterations=4, generation_kwargs={"sequence_bias": steering(tokenizer)})
+    episodes = Episodes("bwrap") if side == "factory" else None
+    with episodes if episodes is not None else contextlib.nullcontext():
+        trainer = trl.GRPOTrainer(
+            model=str(model), reward_funcs=[episodes] if episodes is not None else None, args=config,
+            train_dataset=multi_turn_rows(rows, folder) if episodes is not None else rows.map(lambda _: {}),
+            processing_class=tokenizer,
+            environment_factory=episodes.factories() if episodes is not None else _MemoryWorkspace)
+        clock: dict[str, float] = {}
+        for name in ("training_step", "_generate_and_score_completions", "_generate", "_calculate_rewards"):
+            _timed(trainer, name, clock)
+        started = time.perf_counter()
+        trainer.train()
+        wall = time.perf_counter() - started
+        sandbox = dict(episodes.seconds) if episodes is not None else {}
+    tools = sandbox.get("tools", 0.0)
+    rollouts = args.steps * args.generations
+    rewards = [e.get("reward") for e in trainer.state.log_history if "reward" in e]
+    parts = {
+        "sandboxes (start + tools + collect/close/verify)": sum(sandbox.values()),
+        "generation (less the tools' sandbox time)": clock["_generate"] - tools,
+        "loss forward + backward (training_step less generate-and-score)":
+            clock["training_step"] - clock["_generate_and_score_completions"],
+    }
+    parts["other (log-probs, rewards outside sandboxes, optimizer, logging)"] = wall - sum(parts.values())
+    return {"side": side, "wall": wall, "rollouts": rollouts, "rollouts_per_second": rollouts / wall,
+            "seconds": parts, "sandbox_seconds": sandbox, "mean_reward": statistics.fmean(rewards) if rewards else None,
+            "counts": dict(episodes.counts) if episodes is not None else {}}
+
+
+def bench_grpo(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """Multi-turn GRPO on the tiny model: ours (bwrap sandboxes, the fork's verifiers) against in-memory tools."""
+    from _results import print_table, record
+
+    from factory.trainers import build_tiny_model
+
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load {loadavg()}; {args.threads} torch "
+          f"thread(s); {args.steps} step(s) x {args.generations} rollouts, scripted by sequence_bias "
+          "(read_file, write_file 42|41, submit)", flush=True)
+    model = build_tiny_model(work / "tiny", seed=args.seed)
+    runs = {}
+    for side in ("baseline", "factory"):
+        busy = cpu_busy_seconds()
+        runs[side] = grpo_run(side, args, work, model)
+        runs[side]["others_cpu_seconds"] = None if busy is None else max(0.0, cpu_busy_seconds() - busy
+                                                                         - runs[side]["wall"] * args.threads)
+        r = runs[side]
+        print(f"  {side:<8} {r['rollouts']} rollouts in {r['wall']:.2f} s = {r['rollouts_per_second']:.2f} "
+              f"rollouts/s, mean reward {r['mean_reward']}", flush=True)
+        for label, seconds in r["seconds"].items():
+            print(f"      {label:<68} {seconds:7.2f} s  {seconds / r['wall']:6.1%}")
+    ours, base = runs["factory"], runs["baseline"]
+    ratio = ours["rollouts_per_second"] / base["rollouts_per_second"]
+    print(f"  sandbox seconds by phase (ours): {ours['sandbox_seconds']}; counts {ours['counts']}")
+    record("train", "grpo multi-turn rollouts/s (bwrap + verifiers vs in-memory tools)",
+           f"{ours['rollouts_per_second']:.2f}", f"{base['rollouts_per_second']:.2f}", f"{ratio:.3f}x")
+    for label, seconds in ours["seconds"].items():
+        record("train", f"grpo multi-turn share: {label.split(' (')[0]}", f"{seconds / ours['wall']:.1%}",
+               f"{base['seconds'][label] / base['wall']:.1%}")
+    print(f"\nload {loadavg()}")
+    print_table()
+    return {"settings": {"steps": args.steps, "generations": args.generations, "threads": args.threads,
+                         "seed": args.seed}, "runs": runs, "rollouts_per_second_ratio": ratio}
 
 
 def _safetensor_shapes(path: Path) -> list[list[int]]:
