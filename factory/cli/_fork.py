@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import sys
 import time
@@ -69,6 +70,14 @@ def parse_temperatures(text: str | None, branches: int) -> tuple[float, ...] | N
 @click.option("--sandbox", default=None, help="Sandbox backend: bwrap (default on Linux), docker, none.")
 @click.option("--concurrency", "-c", type=click.IntRange(min=1), default=8, show_default=True,
               help="Branches running at once.")
+@click.option("--backend", "backend_name", default=None,
+              help="Where branches run: local (this process, the default) or ray (a Ray cluster's workers; the "
+                   "ray extra); with --resume, the run's own.")
+@click.option("--ray-address", default=None, metavar="ADDRESS",
+              help="With --backend ray: the cluster (HOST:PORT of its head, or ray://HOST:10001) [default: "
+                   "RAY_ADDRESS, else join or start a cluster on this host].")
+@click.option("--ray-workers", type=click.IntRange(min=1), default=None,
+              help="With --backend ray: worker processes [default: one per CPU of the cluster].")
 @click.option("--temperatures", default=None, help="Per-branch temperatures: 0.5,0.6,0.7,0.8 or a range 0.5:0.9.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Base seed; branch b uses seed + b.")
 @click.option("--max-turns", type=click.IntRange(min=1), default=8, show_default=True, help="Model calls per branch.")
@@ -108,6 +117,7 @@ def fork(tasks_file: Path | None, branches: int, model_spec: str | None, base_ur
          command_timeout: float, threads: int | None, no_verify: bool, use_memory: bool, memory_k: int,
          embedder: str | None, backend_spec: str | None, judge_spec: str | None,
          judge_samples: int, planner_spec: str | None, hack_penalty: float, judge_budget: int | None, db: Path | None,
+         backend_name: str | None, ray_address: str | None, ray_workers: int | None,
          run_id: str | None, resume_id: str | None, retry_errors: bool, record: Path | None, as_json: bool) -> None:
     """Sample N branches per task from TASKS, each an agent run in its own sandbox.
 
@@ -121,10 +131,17 @@ def fork(tasks_file: Path | None, branches: int, model_spec: str | None, base_ur
         ModelOptions,
         RecordingModel,
         ResilientModel,
-        create_model,
     )
     from factory.outputs import refuse_protected
-    from factory.rollouts import AgentConfig, ForkConfig, RolloutForkRunner, StoredRun, fork_summary
+    from factory.rollouts import (
+        AgentConfig,
+        BackendOptions,
+        ForkConfig,
+        RolloutForkRunner,
+        StoredRun,
+        create_backend,
+        fork_summary,
+    )
     from factory.sandbox import NoSandboxWarning, SandboxLimits, default_sandbox_name, sandbox_names
     from factory.store import Store
     from factory.tasks import load_tasks
@@ -165,7 +182,19 @@ def fork(tasks_file: Path | None, branches: int, model_spec: str | None, base_ur
                         "(network, host files and processes are reachable).", fg="red", bold=True, err=True)
             warnings.simplefilter("ignore", NoSandboxWarning)
 
-        model = create_model(model_spec, ModelOptions(base_url=base_url, threads=threads, timeout_s=request_timeout_s))
+        recorded = stored.backend if stored is not None else {}  # a resume runs where its run ran, unless told
+        backend_name = backend_name or recorded.get("name") or "local"
+        if record is not None and backend_name != "local":
+            raise ConfigError(f"--record works with --backend local only (the {backend_name} backend's "
+                              "workers call the model, not this process)")
+        if backend_name == "ray" and ray_address is None and recorded.get("address") not in (None, "local"):
+            ray_address = recorded["address"]
+        recipes: list[functools.partial] = []  # how the pipeline was built: a remote worker builds its own
+        build_kept = _keeping_recipe(recipes, build_pipeline)
+        options = ModelOptions(base_url=base_url, threads=threads, timeout_s=request_timeout_s)
+        backend = create_backend(backend_name, BackendOptions(
+            address=ray_address, model_options=options, workers=ray_workers))
+        model = backend.model(model_spec)
         if record is not None:
             model = RecordingModel(model, record)
         model = ResilientModel(model, limiter=AdaptiveLimiter(concurrency),
@@ -173,7 +202,7 @@ def fork(tasks_file: Path | None, branches: int, model_spec: str | None, base_ur
         pipeline = None
         if not no_verify:
             with warnings_shown(JudgeSameAsPolicyWarning):
-                pipeline = build_pipeline(config.sandbox, config.limits, policy_spec=model.spec,
+                pipeline = build_kept(config.sandbox, config.limits, policy_spec=model.spec,
                                           judge_spec=judge_spec, judge_samples=judge_samples,
                                           judge_budget=judge_budget, hack_penalty=hack_penalty,
                                           request_timeout_s=request_timeout_s, planner_spec=planner_spec,
@@ -187,8 +216,9 @@ def fork(tasks_file: Path | None, branches: int, model_spec: str | None, base_ur
                                         create_embedder(embedder or recorded.get("embedder")), store=store)
             if stored is None:
                 config = replace(config, memory_k=memory_k)
+        backend.options = replace(backend.options, pipeline=recipes[0] if recipes else None)
         runner = RolloutForkRunner(model, store, config, run_id=resume_id or run_id, pipeline=pipeline,
-                                   memory=memory)
+                                   memory=memory, backend=backend)
         if stored is not None:
             tasks = list(task_set) if task_set is not None else stored.tasks
             already = store.branches(runner.run_id).height
@@ -198,7 +228,7 @@ def fork(tasks_file: Path | None, branches: int, model_spec: str | None, base_ur
             results = runner.run(tasks, task_file=str(tasks_file))
         started = time.monotonic()
         try:
-            asyncio.run(_drive(results, len(tasks) * config.branches, already, model, pipeline, err))
+            asyncio.run(_drive(results, len(tasks) * config.branches, already, model, pipeline, err, backend))
         except RunAbortedError as exc:  # the provider is gone: one line, and how to go on once it is back
             raise RunAbortedError(f"{exc} --db {store.path}", run_id=exc.run_id, cause=exc.cause) from None
         except KeyboardInterrupt:
@@ -213,6 +243,9 @@ def fork(tasks_file: Path | None, branches: int, model_spec: str | None, base_ur
             added = memory.upsert(candidates_from_run(store, runner.run_id))
             summary["memory"] = {"stored": added.stored, "duplicates": added.duplicates,
                                  "discarded": added.discarded, **memory.stats()}
+        if backend.name != "local":  # where the branches of this invocation ran
+            summary["backend"] = backend.name
+            summary["nodes"] = dict(sorted(backend.node_counts.items()))
         summary["retries"] = model.retries
         summary["rate_limited"] = model.rate_limited
         budget = getattr(pipeline.verifiers.get("judge"), "budget", None) if pipeline else None
@@ -243,14 +276,23 @@ def _discard_if_empty(store) -> None:
         leftover.unlink(missing_ok=True)
 
 
-async def _drive(results, total, already, model, pipeline, err) -> None:
-    """Run the fork with a progress bar; the models' clients close in the same event loop."""
+def _keeping_recipe(recipes: list, build):
+    """``build``, which also keeps how it was called in ``recipes`` (a ``functools.partial``, picklable)."""
+    def call(*args, **kwargs):
+        recipes.append(functools.partial(build, *args, **kwargs))
+        return recipes[-1]()
+    return call
+
+
+async def _drive(results, total, already, model, pipeline, err, backend) -> None:
+    """Run the fork with a progress bar; the models' clients and the backend close in the same event loop."""
     try:
         await _progress(results, total, already, err)
     finally:
         await model.aclose()
         if pipeline is not None:
             await pipeline.aclose()
+        await backend.aclose()
 
 
 async def _progress(results, total: int, already: int, err) -> None:
@@ -292,6 +334,9 @@ def _print_summary(summary: dict) -> None:
     click.echo(f"{summary['status']} in {summary.get('elapsed_s', 0):.1f}s "
                f"({summary.get('branches_per_s') or 0:.2f} branches/s), cost {cost}, "
                f"retries {summary['retries']}; stored in {summary['db']}")
+    if summary.get("nodes"):
+        click.echo(f"{summary['backend']}: " + ", ".join(f"{node} {count}" for node, count in summary["nodes"].items())
+                   + " branch(es) per node")
     if summary.get("memory"):
         mem = summary["memory"]
         click.echo(f"memory: stored {mem['stored']} winner(s), {mem['duplicates']} duplicate(s), "

@@ -183,6 +183,8 @@ class StoredRun:
         primer: The memory settings its manifest recorded (``k`` and :meth:`BranchPrimer.describe`:
             memory's embedder and backend), empty when it had none. The runner sits below memory,
             so the caller reopens the primer from these.
+        backend: The execution backend its manifest recorded (:meth:`ExecutionBackend.describe`), empty
+            for runs from before backends (they ran ``local``).
     """
 
     run_id: str
@@ -190,6 +192,7 @@ class StoredRun:
     model: str
     tasks: list[Task]
     primer: dict[str, Any]
+    backend: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def load(cls, store: Store, run_id: str, *, concurrency: int) -> StoredRun:
@@ -204,7 +207,7 @@ class StoredRun:
         manifest = RunManifest.from_stored(run["config"])
         return cls(run_id, ForkConfig.from_manifest(manifest, concurrency=concurrency), run["model"],
                    _stored_tasks(store, run_id),
-                   manifest.memory.model_dump() if manifest.memory is not None else {})
+                   manifest.memory.model_dump() if manifest.memory is not None else {}, manifest.backend or {})
 
 
 @dataclass
