@@ -18,6 +18,8 @@ pytest.importorskip("trl", reason="trl (the 'train' extra) is not installed")
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
+from factory.provenance import file_sha256  # noqa: E402
+from factory.store import Store  # noqa: E402
 from tests._runs import REPLIES, TASKS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,9 +46,19 @@ def test_fork_verify_rank_export_train_dpo_then_reload_and_generate(cli, tiny_mo
     ok(cli("export", "dpo", "--run", "r1", "--db", db, "--out", tmp_path / "data" / "dpo.jsonl"))
     summary = json.loads(ok(cli("train", "dpo", "--data", tmp_path / "data" / "dpo.jsonl", "--model", tiny_model,
                                 "--output", tmp_path / "policy", "--max-steps", "2", "--batch-size", "2",
-                                "--lr", "1e-3", "--max-length", "512", "--json")))
+                                "--lr", "1e-3", "--max-length", "512", "--db", db, "--json")))
     assert summary["metrics"]["steps"] == 2 and summary["metrics"]["loss_moved"]
     assert summary["provenance"]["data"]["run_ids"] == ["r1"]
+    # the export and the model are recorded under the run they came from, for `factory view`
+    with Store.open(db, read_only=True) as store:
+        recorded = {row["kind"]: row for row in store.artifacts("r1").iter_rows(named=True)}
+    assert sorted(recorded) == ["export", "model"]
+    model = recorded["model"]
+    assert model["path"] == str((tmp_path / "policy").resolve())
+    assert model["sha256"] == "sha256:" + file_sha256(tmp_path / "policy" / "train_result.json")
+    headline = json.loads(model["meta"])
+    assert headline["metrics"]["steps"] == 2 and headline["metrics"]["last_loss"] == summary["metrics"]["last_loss"]
+    assert headline["model_dir"] == summary["model_dir"] and headline["data"]["run_ids"] == ["r1"]
 
     # the checkpoint reloads as a plain transformers model and generates
     model_dir = summary["model_dir"]

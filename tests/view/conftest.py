@@ -19,3 +19,29 @@ def view_db(exported_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
     result = CliRunner().invoke(main, ["rank", "r1", "--db", str(db), "--bootstrap", "10"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     return db
+
+
+@pytest.fixture(scope="session")
+def outputs_db(view_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the viewer's store whose outputs are recorded, each by the real command that wrote it.
+
+    ``factory rank --plot`` (rank.png), ``factory power`` by seed twice (without, then with --plot power.png:
+    one comparison, one row) and ``factory export dpo`` (out/dpo.jsonl with its manifest and dataset card).
+    ``power.json`` beside the store holds what power printed with --json.
+    """
+    folder = tmp_path_factory.mktemp("view-outputs")
+    db = folder / "run.duckdb"
+    shutil.copyfile(view_db, db)
+    runner = CliRunner()
+
+    def ok(*args: object) -> str:
+        result = runner.invoke(main, [str(a) for a in args], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return result.stdout
+
+    ok("rank", "r1", "--db", db, "--bootstrap", "10", "--plot", folder / "rank.png")
+    arms = ("--run", "r1", "--by", "seed", "--a", "0", "--b", "1")
+    ok("power", "--db", db, *arms)
+    (folder / "power.json").write_text(ok("power", "--db", db, *arms, "--plot", folder / "power.png", "--json"))
+    ok("export", "dpo", "--run", "r1", "--db", db, "--out", folder / "out" / "dpo.jsonl")
+    return db
