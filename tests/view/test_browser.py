@@ -13,6 +13,7 @@ where no ``chromium`` is installed (``make setup`` installs it).
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 import socket
 import threading
@@ -241,3 +242,49 @@ def test_a_running_run_shows_branches_as_they_land(browser, view_db: Path, tmp_p
         assert "13" in page.page.locator(".stat:has(.label:text-is('branches')) .value").inner_text()
         page.page.screenshot(path=tmp_path / "live.png")
         page.check()
+
+
+def drawn(image) -> int:
+    """The width an image was drawn at, once it loaded (the page's CSP lets no polling script in: polled here)."""
+    image.wait_for(timeout=WAIT_MS)
+    deadline = time.monotonic() + WAIT_MS / 1000
+    while not (width := image.evaluate("img => img.complete ? img.naturalWidth : 0")):
+        assert time.monotonic() < deadline, "the plot never loaded"
+        time.sleep(0.05)
+    return width
+
+
+def test_outputs_power_view_plots_and_export_manifest(browser, outputs_db: Path, tmp_path: Path):
+    """The run's Outputs as recorded by rank --plot, power and export: the power view, the plots, the manifest."""
+    with Store.open(outputs_db, read_only=True) as opened:
+        rows = {row["kind"]: row for row in opened.artifacts("r1").iter_rows(named=True)}
+    printed = json.loads((outputs_db.parent / "power.json").read_text())
+    with serving(ViewData(path=outputs_db)) as url:
+        watched = Watched(browser, (url,))
+        page = watched.page
+        page.goto(url + "#/run/r1")
+        page.wait_for_selector("#outputs", timeout=WAIT_MS)
+        listed = {el.get_attribute("data-kind"): el for el in page.locator("#outputs tbody tr").all()}
+        assert sorted(listed) == ["export", "power", "rank_plot"]
+        assert [el.locator("[data-status]").get_attribute("data-status") for el in listed.values()] == ["matches"] * 3
+        listed["power"].locator("a").click()
+        page.wait_for_selector("#power-verdict", timeout=WAIT_MS)
+        assert page.url.endswith(f"#/run/r1/output/{rows['power']['artifact_id']}")
+        assert page.inner_text("#power-verdict") == printed["verdict"]
+        shown = page.inner_text("#power")
+        assert f"{printed['delta_pp']:.1f} pp" in shown and f"{printed['tasks_needed']} paired tasks" in shown
+        assert drawn(page.locator("img.plot"))
+        page.screenshot(path=tmp_path / "power.png", full_page=True)
+
+        page.goto(url + f"#/run/r1/output/{rows['export']['artifact_id']}")
+        page.wait_for_selector("#export-manifest", timeout=WAIT_MS)
+        manifest = json.loads(rows["export"]["meta"])["manifest"]
+        assert manifest["file_sha256"] in page.inner_text("#export-manifest")
+        files = {el.get_attribute("data-role"): el.locator("[data-status]").get_attribute("data-status")
+                 for el in page.locator("#output-files tbody tr").all()}
+        assert files == {"file": "matches", "manifest": "matches", "dataset card": "matches"}
+        page.screenshot(path=tmp_path / "export.png", full_page=True)
+
+        page.goto(url + "#/run/r1/rankings")
+        assert drawn(page.locator("#rank-plots img.plot"))
+        watched.check()
