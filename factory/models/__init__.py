@@ -11,6 +11,7 @@ errors into the :class:`~factory.errors.ModelError` tree.
 
 from factory.models import _anthropic, _hf, _local, _openai, _replay, _vllm  # noqa: F401  (registration)
 from factory.models._base import (
+    CHILD_ENGINES,
     DEFAULT_REQUEST_TIMEOUT_S,
     MODELS,
     ChatModel,
@@ -35,6 +36,7 @@ from factory.models._text_tools import parse_text_tool_calls, render_chat_templa
 from factory.models._weights import DEFAULT_WEIGHTS, GGUFWeights, ensure_weights
 
 __all__ = [
+    "CHILD_ENGINES",
     "DEFAULT_REQUEST_TIMEOUT_S",
     "DEFAULT_WEIGHTS",
     "MODELS",

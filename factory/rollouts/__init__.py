@@ -9,6 +9,7 @@ from factory.rollouts._backend import (
     LocalBackend,
     create_backend,
 )
+from factory.rollouts._ray_cluster import LocalRayCluster
 from factory.rollouts._report import fork_summary
 from factory.rollouts._runner import BranchPrimer, ForkConfig, RolloutForkRunner, StoredRun, branch_sampling
 from factory.rollouts._tools import AGENT_TOOLS, ToolOutcome, execute_tool
@@ -24,6 +25,7 @@ __all__ = [
     "ExecutionBackend",
     "ForkConfig",
     "LocalBackend",
+    "LocalRayCluster",
     "RolloutForkRunner",
     "StoredRun",
     "ToolCallingAgent",

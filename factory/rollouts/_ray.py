@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from factory.errors import ConfigError, RunError
 from factory.models import (
+    CHILD_ENGINES,
     AdaptiveLimiter,
     ChatModel,
     ChatResponse,
@@ -54,7 +55,6 @@ from factory.models import (
     Usage,
     create_model,
 )
-from factory.models._base import CHILD_ENGINES
 from factory.provenance import package_version
 from factory.rollouts._backend import BackendOptions, BranchJob, ExecutionBackend
 from factory.sandbox import (

@@ -23,7 +23,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from factory.rollouts import BackendOptions, ForkConfig, RolloutForkRunner, create_backend
+from factory.rollouts import BackendOptions, ForkConfig, LocalRayCluster, RolloutForkRunner, create_backend
 from factory.sandbox import sandbox_root
 from factory.store import RunManifest, Store
 from factory.tasks import Task
@@ -32,8 +32,6 @@ from tests.rollouts.conftest import FIX_FACTORIAL
 from tests.rollouts.test_agent import FACTORIAL
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (the ray extra: pip install 'factory-rlaif[ray]')")
-
-from factory.rollouts._ray_cluster import LocalRayCluster  # noqa: E402  (after the skip: it needs the ray CLI)
 
 ANSWERS = [{"prompt_contains": f"{i} + {i}", "response": {"text": f"Final: {2 * i}", "usage": {
     "input_tokens": 5, "output_tokens": 2}}} for i in range(8)]
