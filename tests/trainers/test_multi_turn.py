@@ -149,8 +149,9 @@ def test_episodes_call_the_agents_tools_in_a_sandbox_and_are_rewarded_by_the_tes
     # the policy's own tokens: the ids less the tool messages TRL inserted (what the hacking detector counts)
     own = policy_token_counts(completions, seen["completion_ids"], tokenizer)
     assert all(0 < n < len(ids) for n, ids in zip(own, seen["completion_ids"]))
-    # rewards come from the isolated tests verifier: 1 for `return 42`, 0 for `return 41`
     logged = trainer.state.log_history[0]
+    assert sum(own) / len(own) == pytest.approx(logged["completions/mean_length"])  # TRL's count: sum(tool_mask)
+    # rewards come from the isolated tests verifier: 1 for `return 42`, 0 for `return 41`
     passes = sum(w == written(42) for w in wrote)
     assert logged["rewards/verifiers/mean"] == pytest.approx(passes / len(wrote))
     assert episodes.counts["scored"] == 4 and episodes.counts["tests_passes"] == passes
@@ -172,3 +173,57 @@ def test_no_sandbox_is_left_behind_when_training_fails(tiny_model, tmp_path):
     assert episodes.counts["sandboxes_started"] == 2 and episodes.open_sandboxes() == 0
     assert episodes.counts["sandboxes_closed"] == 2
     assert sandbox_leftovers(episodes.owner) == []
+
+
+@pytest.mark.slow
+def test_multi_turn_grpo_on_the_embedded_model_then_fork_and_power(cli, tmp_path, monkeypatch):
+    """The loop on the embedded model and the example code tasks (files and tests): fork the base, export GRPO
+    prompts, a few steps of multi-turn LoRA GRPO, fork the trained checkpoint, and `factory power` against the base.
+
+    Both forks run through the same engine (transformers, float32: the GGUF dequantized), so that the power check
+    compares training, not engines. A few steps on three tasks cannot be expected to move the pass rate; the test
+    checks that the loop runs end to end and prints the verdict (``pytest -m slow -s``).
+    """
+    pytest.importorskip("gguf", reason="reading the embedded GGUF needs the 'train' extra's gguf package")
+    import time
+
+    from factory.trainers import load_policy, resolve_policy, save_policy
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    root = Path(__file__).resolve().parents[2]
+    code_tasks = [line for line in (root / "examples" / "tasks.jsonl").read_text().splitlines()
+                  if line.strip() and json.loads(line).get("files")]
+    assert len(code_tasks) >= 3
+    tasks = tmp_path / "code-tasks.jsonl"
+    tasks.write_text("\n".join(code_tasks) + "\n")
+    db = tmp_path / "loop.duckdb"
+    fork = ("--branches", "2", "--max-turns", "3", "--max-tokens", "96", "--sandbox", "bwrap", "--db", db)
+
+    def step(name: str, *args) -> dict:
+        started = time.perf_counter()
+        result = cli(*args)
+        assert result.exit_code == 0, result.output
+        print(f"[multi-turn loop] {name}: {time.perf_counter() - started:.0f} s", flush=True)
+        return json.loads(result.stdout) if "--json" in args else {}
+
+    base_dir = save_policy(*load_policy(resolve_policy("local")), tmp_path / "base")["model"]
+    base = step("fork base", "fork", tasks, "--model", f"hf:{base_dir}", *fork, "--run-id", "base", "--json")
+    step("export grpo", "export", "grpo", "--run", "base", "--db", db, "--out", tmp_path / "grpo.jsonl")
+    summary = step("train grpo --multi-turn (LoRA)", "train", "grpo", "--data", tmp_path / "grpo.jsonl", "--model",
+                   f"hf:{base_dir}", "--lora", "--multi-turn", "--output", tmp_path / "policy", "--max-steps", "3",
+                   "--batch-size", "2", "--num-generations", "2", "--max-completion-length", "192", "--lr", "5e-5",
+                   "--set", "max_tool_calling_iterations=3", "--json")
+    metrics = summary["metrics"]
+    assert summary["adapter_dir"] and metrics["steps"] == 3
+    assert metrics["multi_turn"]["open_sandboxes_at_end"] == 0
+    assert metrics["reward_sandboxes_started"] == metrics["reward_sandboxes_closed"] == 6
+    after = step("fork trained", "fork", tasks, "--model", f"hf:{summary['model_dir']}", *fork, "--run-id", "after",
+                 "--json")
+    power = step("power", "power", "--runs", "base", "after", "--db", db, "--json")
+    assert power["n"] > 0 and power["verdict"]
+    print(f"[multi-turn loop] base: {base['passed']}/{base['verified']} passed; train: {metrics['steps']} steps, "
+          f"rewards {metrics.get('first_reward')} -> {metrics.get('last_reward')}, tool calls "
+          f"{metrics.get('reward_tool_calls', 0)}, {metrics['train_seconds']:.0f} s; after: "
+          f"{after['passed']}/{after['verified']} passed", flush=True)
+    print(f"[multi-turn loop] power: {power['k_a']}/{power['n']} vs {power['k_b']}/{power['n']}, "
+          f"p={power['p_value']}; {power['verdict']}", flush=True)
