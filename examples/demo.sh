@@ -40,4 +40,4 @@ step "view: a static site of the run"
 "$factory" view --bundle "$out/view"
 printf '\nDone in %ss. Open the run in a browser:\n  file://%s/index.html\n' \
     "$(( $(date +%s) - start ))" "$(cd "$out/view" && pwd)"
-printf 'or serve the whole store: %s view   (then http://127.0.0.1:8000)\n' "$factory"
+printf 'or serve the whole store: %s view   (then http://127.0.0.1:8765)\n' "$factory"
