@@ -42,13 +42,15 @@ def _pipeline(verifiers: tuple[str, ...], judge_spec: str | None, samples: int, 
               artifact_dir: Path | None = None):
     from factory.errors import ConfigError
     from factory.sandbox import sandbox_names
-    from factory.verifiers import JudgeSameAsPolicyWarning, build_pipeline, is_objective, verifier_names
+    from factory.verifiers import VERIFIERS, JudgeSameAsPolicyWarning, build_pipeline, is_objective, verifier_names
 
     for name in verifiers:  # an unknown name would select nothing, and the command would report success
         if name not in verifier_names():
             raise ConfigError(f"--verifier {name}: unknown verifier (choose from: {', '.join(verifier_names())})")
         if not is_objective(name) and not judge_spec:
             raise ConfigError(f"--verifier {name}: an opinion needs its model: give --judge MODEL")
+        if getattr(VERIFIERS.get(name), "needs_model", False) and not judge_spec:
+            raise ConfigError(f"--verifier {name}: it asks a judge model: give --judge MODEL")
     if sandbox not in sandbox_names():
         raise ConfigError(f"--sandbox {sandbox}: unknown sandbox (choose from: {', '.join(sandbox_names())})")
     with warnings_shown(JudgeSameAsPolicyWarning):
@@ -127,10 +129,9 @@ def golden(verifier_name: str, correct: Path, exploits: Path, sandbox: str, judg
     from factory.models import DEFAULT_REQUEST_TIMEOUT_S
     from factory.verifiers import is_objective, load_golden, run_golden, verifier_names
 
-    if verifier_name == "judge" or (verifier_name in verifier_names() and not is_objective(verifier_name)
-                                    and not judge_spec):
-        raise ConfigError(f"--verifier {verifier_name}: golden sets check objective verifiers and the browser "
-                          "verifier (give it --judge); the judge is checked with `factory verify calibrate RUN`")
+    if verifier_name in verifier_names() and not is_objective(verifier_name):
+        raise ConfigError(f"--verifier {verifier_name}: golden sets check objective verifiers; "
+                          "the judge is checked with `factory verify calibrate RUN`")
     pipeline = _pipeline((verifier_name,), judge_spec, 1, sandbox, None, request_timeout_s=DEFAULT_REQUEST_TIMEOUT_S,
                          planner_spec=planner_spec)
     report = asyncio.run(run_golden(verifier_name, pipeline, load_golden(correct), load_golden(exploits), sandbox))

@@ -31,10 +31,18 @@ from factory.provenance import content_hash
 __all__ = ["RecordingModel", "ReplayModel", "request_key"]
 
 
+def _text(content: Any) -> str:
+    """A message's text: a multimodal content list (text and image parts) reads as its text parts."""
+    if isinstance(content, list):
+        return "\n".join(part.get("text", "") for part in content
+                         if isinstance(part, dict) and part.get("type") == "text")
+    return content or ""
+
+
 def _opening(messages: Sequence[Message]) -> list[dict[str, str]]:
     opening = []
     for message in messages:
-        opening.append({"role": message["role"], "content": message.get("content") or ""})
+        opening.append({"role": message["role"], "content": _text(message.get("content"))})
         if message["role"] == "user":
             break
     return opening

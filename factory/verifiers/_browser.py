@@ -38,7 +38,7 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -328,6 +328,9 @@ class BrowserVerifier:
         max_frames: Most frames sent to a vision judge (the first and last always among them).
         max_tokens: Reply length cap per call.
         chromium: The Chromium binary (default: :func:`chromium_path`).
+        keep_warm: Keep each branch's sandbox and browser between its verifications (re-verifying the same
+            files: a fresh browser context each time, the start skipped); sessions are keyed by the files,
+            so never shared between branches. Closed by :meth:`aclose`.
 
     Raises:
         ConfigError: A bad k, temperature, threshold, cap or bound.
@@ -335,13 +338,18 @@ class BrowserVerifier:
 
     version: ClassVar[str] = f"1+prompt.{BROWSER_PROMPT_VERSION}"
     needs_sandbox: ClassVar[bool] = False
-    objective: ClassVar[bool] = False  # an opinion (a judge's), like the text judge
+    # A front-end task's check, as the tests are a code task's: its pass is the branch's objective outcome
+    # (ranked and exported like any other), though a judge model decides the items; it runs only when a
+    # pipeline is given its models.
+    objective: ClassVar[bool] = True
+    needs_model: ClassVar[bool] = True
 
     def __init__(self, model: ChatModel, planner: ChatModel | None = None, k: int = 3, temperature: float = 0.1,
                  budget: JudgeBudget | None = None, sandbox: str = "bwrap", artifact_dir: Path | None = None,
                  max_steps: int = 20, step_timeout_s: float = 4.0, time_limit_s: float = 90.0,
                  critical_cap: float = 4.0, pass_threshold: float = 7.0, vision: bool | None = None,
-                 max_frames: int = 6, max_tokens: int = 800, chromium: str | None = None):
+                 max_frames: int = 6, max_tokens: int = 800, chromium: str | None = None,
+                 keep_warm: bool = False):
         if k < 1 or temperature < 0 or max_steps < 1 or step_timeout_s <= 0 or time_limit_s <= 0:
             raise ConfigError("browser verifier: k and max_steps must be >= 1, temperature >= 0, timeouts > 0")
         if not 0 <= pass_threshold <= 10 or not 0 <= critical_cap <= 10:
@@ -353,9 +361,14 @@ class BrowserVerifier:
         self.critical_cap, self.pass_threshold = float(critical_cap), float(pass_threshold)
         self.vision = vision if vision is not None else model.spec.split(":", 1)[0] in VISION_PREFIXES
         self.max_frames, self.max_tokens, self.chromium = max_frames, max_tokens, chromium
+        self.keep_warm = keep_warm
+        self._warm: dict[str, _Session] = {}
 
     async def aclose(self) -> None:
-        """Close the planner when it is not the judge (the pipeline closes the judge, :attr:`model`)."""
+        """Close warm sessions, and the planner when it is not the judge (the pipeline closes :attr:`model`)."""
+        warm, self._warm = self._warm, {}
+        for session in warm.values():
+            await session.aclose()
         if self.planner is not self.model and hasattr(self.planner, "aclose"):
             await self.planner.aclose()
 
@@ -473,6 +486,27 @@ class BrowserVerifier:
 
     # -- stages
 
+    @contextlib.asynccontextmanager
+    async def _session(self, task: Task, files: Mapping[str, bytes]) -> AsyncIterator[_Session]:
+        """A started session for these files: a new one, or (``keep_warm``) the branch's kept one."""
+        config, limits = self._config(task), self._limits()
+        if not self.keep_warm:
+            async with _Session(self.sandbox, files, config, limits, task.image) as session:
+                yield session
+            return
+        key = hashlib.sha256(json.dumps([sorted((p, hashlib.sha256(d).hexdigest()) for p, d in files.items()),
+                                         task.entry_page, task.serve, task.image]).encode()).hexdigest()
+        session = self._warm.pop(key, None)
+        if session is None:
+            session = _Session(self.sandbox, files, config, limits, task.image)
+            await session.__aenter__()
+        try:
+            yield session
+        except BaseException:
+            await session.aclose()  # a session that failed mid-way is not kept
+            raise
+        self._warm[key] = session
+
     def _limits(self) -> SandboxLimits:
         # Chromium's V8 reserves a terabyte of address space up front, so RLIMIT_AS cannot bound it; the JS heap
         # is bounded by a V8 flag instead, and time by the CPU and wall limits.
@@ -520,9 +554,13 @@ class BrowserVerifier:
             status = "budget_exhausted" if problem == "budget_exhausted" else "error"
             return self._verdict(status, 0.0, "no_checklist", reason=problem, samples=[])
         files = await self._files(ctx)
+        if self.sandbox == "docker":
+            return self._verdict("error", 0.0, "browser_unavailable", samples=[], reason=(
+                "the docker sandbox image has no Chromium or Playwright yet (factory sandbox build-image does not "
+                "install them): verify front-end tasks with --sandbox bwrap"))
         started = time.perf_counter()
         try:
-            async with _Session(self.sandbox, files, self._config(ctx.task), self._limits(), ctx.task.image) as session:
+            async with self._session(ctx.task, files) as session:
                 timings["browser_start_s"] = round(time.perf_counter() - started, 3)
                 began = time.perf_counter()
                 opened = await session.request({"op": "open"})

@@ -122,6 +122,7 @@ class Runner:
         self.serve_problem: str | None = None
         self.browser: Any = None
         self.page: Any = None
+        self.agent = ""
         self.aria = ""
 
     # -- serving
@@ -150,9 +151,16 @@ class Runner:
                   "--disable-blink-features=AutomationControlled", "--js-flags=--max-old-space-size=256"],
             ignore_default_args=["--enable-automation"])
         probe = await self.browser.new_page()
-        agent = (await probe.evaluate("navigator.userAgent")).replace("HeadlessChrome", "Chrome")
+        self.agent = (await probe.evaluate("navigator.userAgent")).replace("HeadlessChrome", "Chrome")
         await probe.close()
-        context = await self.browser.new_context(user_agent=agent, viewport={"width": 800, "height": 600},
+
+    async def _fresh_page(self) -> None:
+        """A new browser context (no cookies, storage or history of an earlier open) and its page."""
+        if self.page is not None:
+            await self._bounded(self.page.context.close())
+        self.console.clear()
+        self.blocked.clear()
+        context = await self.browser.new_context(user_agent=self.agent, viewport={"width": 800, "height": 600},
                                                  locale="en-US")
         context.set_default_timeout(self.step_timeout_ms)
         context.set_default_navigation_timeout(self.config["load_timeout_s"] * 1000)
@@ -186,6 +194,7 @@ class Runner:
         return base64.b64encode(data).decode() if data else None
 
     async def open(self) -> dict[str, Any]:
+        await self._fresh_page()
         load_error = self.serve_problem
         try:
             await self.page.goto(f"{self.origin}/{self.config['entry']}", wait_until="load")

@@ -96,7 +96,9 @@ class VerificationPipeline:
     def verifier(self, name: str) -> Verifier | None:
         """The instance used for ``name`` (None for an opinion, the judge, when none is configured)."""
         if name not in self.verifiers:
-            if not is_objective(name):  # an opinion needs its model (the judge's), which only a caller can give
+            # An opinion (the judge), or a check that asks a model (the browser verifier), needs its model,
+            # which only a caller can give.
+            if not is_objective(name) or getattr(VERIFIERS.get(name), "needs_model", False):
                 return None
             self.verifiers[name] = create_verifier(name)
         return self.verifiers[name]
