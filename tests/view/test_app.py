@@ -152,7 +152,7 @@ def test_bad_requests_are_clean_errors(client: TestClient) -> None:
     assert client.get("/api/tasks").status_code == 400  # run is required
     assert client.get("/api/nothing").status_code == 404
     assert client.get("/assets/../secret").status_code == 404
-    assert set(ENDPOINTS) == {"runs", "run", "tasks", "task", "diff", "search", "rankings"}
+    assert set(ENDPOINTS) == {"runs", "run", "tasks", "task", "diff", "search", "rankings", "outputs", "output"}
 
 
 def test_pages_are_locked_to_their_origin_and_loopback_hosts(client: TestClient, store: Store) -> None:
