@@ -227,3 +227,30 @@ def test_multi_turn_grpo_on_the_embedded_model_then_fork_and_power(cli, tmp_path
           f"{after['passed']}/{after['verified']} passed", flush=True)
     print(f"[multi-turn loop] power: {power['k_a']}/{power['n']} vs {power['k_b']}/{power['n']}, "
           f"p={power['p_value']}; {power['verdict']}", flush=True)
+
+
+def test_an_infrastructure_failure_is_unscored_not_zero(monkeypatch):
+    """A sandbox backend that cannot start (registered at the edge, as any backend is): the episode's tools say so,
+    its reward is None (TRL leaves it out of the group's mean), and it is counted as an infrastructure error."""
+    from factory.errors import SandboxError
+    from factory.sandbox import SANDBOXES, NoSandbox, register_sandbox
+
+    monkeypatch.setattr(SANDBOXES, "_entries", dict(SANDBOXES._entries))
+
+    @register_sandbox("unstartable")
+    class Unstartable(NoSandbox):
+        """Fails to start, as a backend whose engine is gone does."""
+
+        async def start(self) -> None:
+            raise SandboxError("the engine is gone")
+
+    with Episodes("unstartable") as episodes:
+        environment = episodes.factories()["workspace"]()
+        environment.reset(task_spec=json.dumps(TASK.model_dump(mode="json")))
+        assert environment.read_file("answer.py") == ("error: the sandbox did not start: SandboxError: "
+                                                      "the engine is gone")
+        completion = [{"role": "assistant", "content": "", "tool_calls": [
+            {"type": "function", "function": {"name": "read_file", "arguments": {"path": "answer.py"}}}]},
+            {"role": "tool", "name": "read_file", "content": "error: ..."}]
+        assert episodes(prompts=[[]], completions=[completion], environments=[environment]) == [None]
+    assert episodes.counts["infra_errors"] == 1 and episodes.counts["scored"] == 0
