@@ -64,6 +64,9 @@ PRIVATE_IMPORTS_IN_TESTS = {
                                         "trainable elements that moved (the movement probe is internal)",
     "tests/trainers/test_lengths.py": "checks how over-long prompts are cut at message boundaries (internal to the "
                                       "trainers' data preparation)",
+    "tests/trainers/test_feedback_trainers.py": "builds the hint, RW-SFT and Span-KTO trainers (internal) on "
+                                                "in-memory rows to measure per-turn log-probabilities, per-token "
+                                                "gradients and per-span log-ratios",
     "tests/trainers/test_multi_turn.py": "builds TRL's GRPO trainer around the multi-turn sandbox environment "
                                          "(internal to `factory train grpo`) to see what the reward functions see "
                                          "and to make training fail on purpose",

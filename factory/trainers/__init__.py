@@ -1,4 +1,5 @@
-"""Trainers: TRL-based DPO / KTO / SFT / reward-model / GRPO training on exported data.
+"""Trainers: TRL-based DPO / KTO / SFT / reward-model / GRPO training on exported data, and hint distillation,
+RW-SFT and Span-KTO on turn- and span-level feedback.
 
 Each trainer is a TRL config subclass (``DPOConfig`` ...) and a ``train_x(config)``
 function, registered by name in :data:`TRAINERS`. Importing this package
@@ -26,6 +27,8 @@ _LAZY = {
     "SFTConfig": "_sft", "train_sft": "_sft",
     "RewardConfig": "_reward", "train_reward": "_reward",
     "GRPOConfig": "_grpo", "train_grpo": "_grpo",
+    # the feedback trainers: their configs (train functions are reached by name, through load_trainer)
+    "HintConfig": "_hint", "RWSFTConfig": "_rwsft", "SpanKTOConfig": "_spankto",
     # light, but resolved on use as well
     "PolicySource": "_models", "apply_lora": "_models", "load_policy": "_models", "resolve_policy": "_models",
     "save_policy": "_models",
@@ -38,9 +41,12 @@ __all__ = [
     "DPOConfig",
     "FieldDoc",
     "GRPOConfig",
+    "HintConfig",
     "KTOConfig",
+    "RWSFTConfig",
     "RewardConfig",
     "SFTConfig",
+    "SpanKTOConfig",
     "TRAINERS",
     "PolicySource",
     "TrainerEntry",

@@ -86,6 +86,12 @@ _PREFERENCE_ROWS: dict[str, FieldDoc] = {
                                       "train_result.json."),
 }
 
+#: The row-length option the feedback trainers (hint, rw-sft, span-kto) share.
+_FEEDBACK_ROWS: dict[str, FieldDoc] = {
+    "max_length": FieldDoc(None, "Longest row in tokens (the hinted teacher's prompt + turn for `hint`); longer "
+                                 "rows are left out with a warning, never cut (default: the model's context)."),
+}
+
 #: Per trainer, the option fields its config documents its own way (or alone has).
 _OWN: dict[str, dict[str, FieldDoc]] = {
     "dpo": {
@@ -117,6 +123,18 @@ _OWN: dict[str, dict[str, FieldDoc]] = {
     "kto": {
         "learning_rate": FieldDoc(1e-06, "The initial learning rate for AdamW."),
         **_PREFERENCE_ROWS,
+    },
+    "hint": {
+        "learning_rate": FieldDoc(1e-05, "The initial learning rate for AdamW."),
+        **_FEEDBACK_ROWS,
+    },
+    "rw-sft": {
+        "learning_rate": FieldDoc(2e-05, "The initial learning rate for AdamW."),
+        **_FEEDBACK_ROWS,
+    },
+    "span-kto": {
+        "learning_rate": FieldDoc(1e-06, "The initial learning rate for AdamW."),
+        **_FEEDBACK_ROWS,
     },
     "reward": {
         "learning_rate": FieldDoc(0.0001, "The initial learning rate for AdamW."),

@@ -90,6 +90,15 @@ for _entry in (
                  "Supervised fine-tuning on the winners' conversations (messages), loss on assistant turns."),
     TrainerEntry("reward", "factory.trainers._reward:RewardConfig", "factory.trainers._reward:train_reward",
                  "reward", "A reward model: Bradley-Terry on pairs with margins, or regression on the scalar file."),
+    TrainerEntry("hint", "factory.trainers._hint:HintConfig", "factory.trainers._hint:train_hint", "hints",
+                 "Hint distillation: the policy without a turn's hint pulled toward itself with the hint (KL on that "
+                 "turn's tokens only)."),
+    TrainerEntry("rw-sft", "factory.trainers._rwsft:RWSFTConfig", "factory.trainers._rwsft:train_rw_sft", "spans",
+                 "Reward-weighted SFT on a spans export: each assistant token's cross-entropy weighted by its span's "
+                 "polarity."),
+    TrainerEntry("span-kto", "factory.trainers._spankto:SpanKTOConfig", "factory.trainers._spankto:train_span_kto",
+                 "spans", "Span-KTO: positive and negative spans scored by their log-ratio to a frozen reference, "
+                          "CE on neutral tokens."),
     TrainerEntry("grpo", "factory.trainers._grpo:GRPOConfig", "factory.trainers._grpo:train_grpo", "grpo",
                  "GRPO on a GRPO export, each completion rewarded by the task's verifiers in a sandbox."),
 ):

@@ -208,6 +208,8 @@ def _check_length_drops(trainer: Any, data: TrainingData, config: Any) -> None:
     prepared = getattr(trainer, "train_dataset", None)
     if max_length is None or prepared is None or getattr(config, "packing", False):
         return  # packing changes the row count for reasons of its own
+    if getattr(trainer, "counts_own_drops", False):  # the feedback trainers leave rows out and say so themselves
+        return
     try:
         total, kept = len(data.dataset), len(prepared)
     except TypeError:  # a streamed dataset has no length

@@ -39,7 +39,8 @@ def echo_trainer(monkeypatch):
 
 
 def test_the_built_in_trainers_are_registered():
-    assert trainer_names() == sorted(["dpo", "kto", "sft", "reward", "grpo"]) == TRAINERS.names()
+    assert trainer_names() == sorted(["dpo", "kto", "sft", "reward", "grpo", "hint", "rw-sft", "span-kto"]) == (
+        TRAINERS.names())
     dpo = trainer_entry("dpo")
     assert (dpo.name, dpo.reads) == ("dpo", "dpo") and dpo.config.endswith(":DPOConfig") and dpo.summary
 
@@ -74,7 +75,8 @@ def test_a_trainer_whose_module_is_missing_names_the_extra(monkeypatch):
 
 
 def test_unknown_trainers_list_the_registered_ones():
-    with pytest.raises(ConfigError, match=r"unknown trainer 'nope' \(use one of: dpo, grpo, kto, reward, sft\)"):
+    with pytest.raises(ConfigError, match=r"unknown trainer 'nope' \(use one of: dpo, grpo, hint, kto, reward, "
+                                          r"rw-sft, sft, span-kto\)"):
         trainer_entry("nope")
     with pytest.raises(ConfigError, match="unknown trainer 'nope'"):
         load_trainer("nope")

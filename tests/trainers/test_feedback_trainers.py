@@ -1,0 +1,176 @@
+"""Hint distillation, RW-SFT and Span-KTO on the tiny model: each does what its formula says, where it says.
+
+- ``hint``: the KL at the hinted turn falls, and that turn's tokens move more than the other turns' (a ratio);
+- ``rw-sft``: a span of weight 0 has exactly zero gradient at its logits;
+- ``span-kto``: positive spans' log-ratios to the reference rise and negative spans' fall;
+- each trains through ``factory train NAME --model tiny`` on the export fixtures (tests/data/feedback).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch (the 'train' extra) is not installed")
+pytest.importorskip("trl", reason="trl (the 'train' extra) is not installed")
+
+from factory.errors import ConfigError  # noqa: E402
+
+FIXTURES = Path(__file__).resolve().parents[1] / "data" / "feedback"
+
+# Plain-text turns with few words in common, so that what one turn's training does to another is not the same
+# tokens moving in both.
+CONVERSATION = [
+    {"role": "user", "content": "Make the tests pass."},
+    {"role": "assistant", "content": "Let me look at the code first."},
+    {"role": "user", "content": "Go on."},
+    {"role": "assistant", "content": "I will delete the test."},
+    {"role": "user", "content": "And then?"},
+    {"role": "assistant", "content": "Done, all green."},
+]
+HINT = {"role": "user", "content": "Hint: fix the function, not the test."}
+TURN = 3  # the message index of assistant turn 1, the hinted one
+
+
+@pytest.fixture(autouse=True)
+def _quiet_machine(one_torch_thread, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
+
+@pytest.fixture
+def policy(tiny_model):
+    from factory.trainers import load_policy, resolve_policy
+
+    return load_policy(resolve_policy(tiny_model), dtype="float32")
+
+
+def _config(cls, tmp_path: Path, **values):
+    values = {"per_device_train_batch_size": 2, **values}
+    return cls(output_dir=str(tmp_path / "out"), seed=0, logging_steps=1, lr_scheduler_type="constant",
+               disable_tqdm=True, **values)
+
+
+def _turn_logps(model, tokenizer, messages) -> list:
+    """Each assistant turn's token log-probabilities under ``model``, the conversation given whole."""
+    from factory.trainers._feedback import assistant_runs, template_for
+
+    rendered = tokenizer.apply_chat_template(messages, chat_template=template_for(tokenizer), tokenize=True,
+                                             return_dict=True, return_assistant_tokens_mask=True)
+    ids = torch.tensor([rendered["input_ids"]])
+    with torch.no_grad():
+        logps = torch.log_softmax(model(input_ids=ids).logits[0, :-1], -1).gather(-1, ids[0, 1:, None])[:, 0]
+    return [logps[start - 1:end - 1] for start, end in assistant_runs(rendered["assistant_masks"])]
+
+
+def _prime(model, tokenizer) -> None:
+    """Teach the random tiny model that the hint changes turn 1 (fix, not delete), so the teacher differs.
+
+    A random model barely reads its context: with or without the hint it predicts alike, and there is nothing
+    to distil. Forty steps on the two conversations make the hint matter (KL about 0.86 nats per token).
+    """
+    from factory.trainers._feedback import template_for
+
+    def ids(messages):
+        return torch.tensor([tokenizer.apply_chat_template(messages, chat_template=template_for(tokenizer),
+                                                           tokenize=True, return_dict=True)["input_ids"]])
+
+    fixed = {"role": "assistant", "content": "I will fix the function."}
+    sequences = [ids(CONVERSATION[:TURN] + [HINT, fixed]), ids(CONVERSATION)]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    for _ in range(40):
+        loss = sum(model(input_ids=s, labels=s).loss for s in sequences)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+def test_hint_distillation_lowers_the_turns_kl_and_leaves_the_other_turns_nearly_alone(policy, tmp_path):
+    from factory.trainers import HintConfig
+    from factory.trainers._feedback import hint_examples, template_for
+    from factory.trainers._hint import HintCollator, HintTrainer
+
+    model, tokenizer = policy
+    _prime(model, tokenizer)
+    row = {"prompt": CONVERSATION[:TURN], "teacher_prompt": CONVERSATION[:TURN] + [HINT],
+           "completion": [CONVERSATION[TURN]], "turn": 1, "run_id": "r", "task_id": "t", "branch_index": 0}
+    examples = hint_examples([(1, row)], tokenizer, template_for(tokenizer), tmp_path / "hints.jsonl")
+    before = _turn_logps(model, tokenizer, CONVERSATION)
+    trainer = HintTrainer(model=model, args=_config(HintConfig, tmp_path, max_steps=4, learning_rate=1e-3,
+                                                    per_device_train_batch_size=1),
+                          train_dataset=examples, data_collator=HintCollator(tokenizer.pad_token_id),
+                          processing_class=tokenizer)
+    trainer.train()
+    kl = [entry["kl"] for entry in trainer.state.log_history if "kl" in entry]
+    assert len(kl) == 4 and kl[0] > 0.1 and kl[-1] < 0.6 * kl[0], kl
+    after = _turn_logps(model, tokenizer, CONVERSATION)
+    moved = [float((a - b).abs().mean()) for a, b in zip(after, before, strict=True)]
+    target, others = moved[1], [moved[0], moved[2]]
+    assert target > 2 * max(others), moved  # measured: 1.18 against 0.19 and 0.44
+
+
+def test_the_hinted_turn_must_render_alike_with_and_without_the_hint(policy, tmp_path):
+    from factory.trainers._feedback import hint_examples, template_for
+
+    _, tokenizer = policy
+    row = {"prompt": CONVERSATION[:TURN], "teacher_prompt": CONVERSATION[:TURN] + [HINT],
+           "completion": [{"role": "user", "content": "not the assistant"}], "turn": 1}
+    with pytest.raises(ConfigError, match=r"hints\.jsonl:7: field 'completion': every message must be the"):
+        hint_examples([(7, row)], tokenizer, template_for(tokenizer), tmp_path / "hints.jsonl")
+
+
+def _spans(tokenizer, polarity: list[str]):
+    from factory.trainers._feedback import SpanCollator, span_examples, template_for
+
+    examples = span_examples([(1, {"messages": CONVERSATION, "polarity": polarity})], tokenizer,
+                             template_for(tokenizer), Path("spans.jsonl"))
+    return examples, SpanCollator(tokenizer.pad_token_id)(examples)
+
+
+def test_rw_sft_gives_a_span_of_weight_zero_exactly_zero_gradient(policy, tmp_path):
+    from factory.trainers import RWSFTConfig
+    from factory.trainers._rwsft import rw_sft_loss
+
+    model, tokenizer = policy
+    _, batch = _spans(tokenizer, ["neutral", "positive", "neutral", "negative", "neutral", "neutral"])
+    logits = model(input_ids=batch["input_ids"]).logits.detach().requires_grad_(True)
+    loss, figures = rw_sft_loss(logits, batch, _config(RWSFTConfig, tmp_path, w_neg=0.0, w_neu=0.5).weights())
+    loss.backward()
+    grad = logits.grad[0, :-1].abs().sum(-1)  # position p predicts token p + 1, whose span is batch["span"][0, p]
+    span, sign = batch["span"][0], batch["polarity"]
+    negative = (span >= 0) & (sign[span.clamp(min=0)] == -1)
+    positive = (span >= 0) & (sign[span.clamp(min=0)] == 1)
+    assert negative.sum() > 0 and torch.all(grad[negative] == 0)
+    assert torch.all(grad[positive] > 0)
+    assert torch.all(grad[span < 0] == 0)  # prompts and headers: never in the loss
+    assert set(figures) == {"nll_negative", "nll_neutral", "nll_positive"}
+
+
+def test_a_polarity_on_a_users_message_is_refused_with_its_line_and_field(policy):
+    _, tokenizer = policy
+    with pytest.raises(ConfigError, match=r"spans\.jsonl:1: field 'polarity\[0\]': 'negative' on a 'user' message"):
+        _spans(tokenizer, ["negative", "positive", "neutral", "negative", "neutral", "neutral"])
+
+
+def test_span_kto_raises_positive_spans_and_lowers_negative_ones_against_the_reference(policy, tmp_path):
+    from factory.trainers import SpanKTOConfig
+    from factory.trainers._feedback import SpanCollator
+    from factory.trainers._run import frozen_reference
+    from factory.trainers._spankto import SpanKTOTrainer, span_logps
+
+    model, tokenizer = policy
+    examples, batch = _spans(tokenizer, ["neutral", "positive", "neutral", "negative", "neutral", "positive"])
+    reference = frozen_reference(model)
+    config = _config(SpanKTOConfig, tmp_path, max_steps=4, learning_rate=1e-3, beta=0.5)
+    trainer = SpanKTOTrainer(model=model, ref_model=reference, args=config, train_dataset=examples * 2,
+                             data_collator=SpanCollator(tokenizer.pad_token_id), processing_class=tokenizer)
+    trainer.train()
+    with torch.no_grad():
+        ratio = span_logps(model, batch)[1] - span_logps(reference, batch)[1]
+    sign = batch["polarity"]
+    assert torch.all(ratio[sign > 0] > 0.5) and torch.all(ratio[sign < 0] < -0.5), ratio
+    logged = [entry for entry in trainer.state.log_history if "z_ref" in entry]
+    assert logged[-1]["rho_positive"] > logged[0]["rho_positive"]
+    assert logged[-1]["rho_negative"] < logged[0]["rho_negative"]
+    assert trainer.z_ref != 0.0
+
