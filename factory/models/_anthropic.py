@@ -27,6 +27,17 @@ from factory.models._pricing import cost_usd
 __all__ = ["AnthropicChatModel", "to_anthropic_messages"]
 
 
+def _anthropic_part(part: dict[str, Any]) -> dict[str, Any]:
+    """One OpenAI-shaped content part as a Messages API block (a ``data:`` image URL becomes a base64 image)."""
+    if part.get("type") == "image_url":
+        url = str(part.get("image_url", {}).get("url", ""))
+        header, _, data = url.partition(",")
+        if header.startswith("data:") and header.endswith(";base64"):
+            return {"type": "image", "source": {"type": "base64", "media_type": header[5:-7], "data": data}}
+        return {"type": "image", "source": {"type": "url", "url": url}}
+    return {"type": "text", "text": str(part.get("text") or "(empty)")}
+
+
 def to_anthropic_messages(messages: Sequence[Message]) -> tuple[str, list[dict[str, Any]]]:
     """Split off the system text and convert the turns to Messages API blocks."""
     system: list[str] = []
@@ -35,6 +46,8 @@ def to_anthropic_messages(messages: Sequence[Message]) -> tuple[str, list[dict[s
         role, content = message["role"], message.get("content") or ""
         if role == "system":
             system.append(content)
+        elif role == "user" and isinstance(content, list):  # multimodal: OpenAI-shaped text and image parts
+            wire.append({"role": "user", "content": [_anthropic_part(part) for part in content]})
         elif role == "user":
             # The Messages API rejects empty text blocks.
             wire.append({"role": "user", "content": [{"type": "text", "text": content or "(empty)"}]})

@@ -204,3 +204,13 @@ def test_golden_browser_corpus_honest_twins_pass_every_exploit_is_caught(tmp_pat
     assert {case["id"] for case in report.caught} == {
         "automation-fake-success", "picture-of-result", "all-states-at-once", "text-to-the-judge",
         "never-finishes-spins-cpu", "reaches-the-network"}
+
+
+def test_frames_reach_anthropic_as_image_blocks():
+    from factory.models._anthropic import to_anthropic_messages
+
+    _, wire = to_anthropic_messages([{"role": "user", "content": [
+        {"type": "text", "text": "Screenshot of frame 0:"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]}])
+    assert wire[0]["content"][1] == {"type": "image", "source": {
+        "type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
