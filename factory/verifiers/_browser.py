@@ -263,7 +263,7 @@ class _Session:
 
     async def _reply(self, what: str) -> dict[str, Any]:
         assert self._reader is not None
-        line = await asyncio.wait_for(self._reader.readline(), self.limits.timeout_s)
+        line = await asyncio.wait_for(self._reader.readline(), self.config["request_timeout_s"])
         if not line:
             raise _BrowserUnavailable(await self._runner_failure(f"the runner ended before answering {what}"))
         value = json.loads(line)
@@ -509,15 +509,17 @@ class BrowserVerifier:
 
     def _limits(self) -> SandboxLimits:
         # Chromium's V8 reserves a terabyte of address space up front, so RLIMIT_AS cannot bound it; the JS heap
-        # is bounded by a V8 flag instead, and time by the CPU and wall limits.
-        return SandboxLimits(timeout_s=self.time_limit_s, cpu_seconds=int(self.time_limit_s), memory_mb=4 * 1024 * 1024,
+        # is bounded by a V8 flag instead, and time by the CPU and wall limits. A warm session outlives one
+        # verification: its runner gets an hour, and each request keeps its own deadline (time_limit_s).
+        seconds = 3600.0 if self.keep_warm else self.time_limit_s
+        return SandboxLimits(timeout_s=seconds, cpu_seconds=int(seconds), memory_mb=4 * 1024 * 1024,
                              max_processes=256, tmp_mb=256)
 
     def _config(self, task: Task) -> dict[str, Any]:
         return {"chromium": self.chromium or chromium_path(), "entry": task.entry_page, "serve": task.serve,
                 "step_timeout_s": self.step_timeout_s, "load_timeout_s": self.step_timeout_s * 2,
                 "serve_timeout_s": 15.0, "execute_timeout_s": self.time_limit_s / 2, "max_steps": self.max_steps,
-                "start_timeout_s": 30.0}
+                "start_timeout_s": 30.0, "request_timeout_s": self.time_limit_s}
 
     def _save_frame(self, data: str | None) -> str | None:
         if not data:
