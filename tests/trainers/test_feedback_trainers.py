@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -174,3 +175,46 @@ def test_span_kto_raises_positive_spans_and_lowers_negative_ones_against_the_ref
     assert logged[-1]["rho_negative"] < logged[0]["rho_negative"]
     assert trainer.z_ref != 0.0
 
+
+
+@pytest.fixture
+def tiny_cached(tiny_model):
+    """``--model tiny`` finds the session's tiny model in this test's cache (the same build, not built again)."""
+    import shutil
+
+    from factory.trainers import tiny_model_dir
+
+    target = tiny_model_dir()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(tiny_model, target)
+    return target
+
+
+@pytest.mark.parametrize(("trainer", "data", "extra", "figures"), [
+    ("hint", "hints.jsonl", ("--set", "kl_direction=reverse", "--set", "max_target_turns_per_rollout=1"),
+     {"kl", "kl_clipped_share", "temperature", "target_tokens"}),
+    ("rw-sft", "spans.jsonl", ("--set", "w_neg=0.0"), {"nll_negative", "nll_neutral"}),
+    ("span-kto", "spans.jsonl", ("--set", "beta=0.5"), {"z_ref", "kto_loss", "neutral_nll", "rho_negative"}),
+])
+def test_each_feedback_trainer_trains_the_tiny_model_from_the_cli(cli, tiny_cached, tmp_path, trainer, data, extra,
+                                                                   figures):
+    result = cli("train", trainer, "--data", FIXTURES / data, "--model", "tiny", "--output", tmp_path / "out",
+                 "--max-steps", "1", "--batch-size", "4", "--lr", "1e-3", "--seed", "0", *extra, "--json")
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["trainer"] == trainer and summary["metrics"]["steps"] == 1
+    logged = summary["metrics"]["first_loss"]
+    assert logged is not None and logged == logged  # a number, not NaN
+    written = json.loads((tmp_path / "out" / "train_result.json").read_text())
+    assert figures <= set(written["log_history"][0])
+    provenance = written["provenance"]
+    assert provenance["data"]["file_sha256"].startswith("sha256:") and provenance["seed"] == 0
+    assert provenance["policy"]["path"] == str(tiny_cached.resolve())
+    for key, value in (item.split("=") for item in extra[1::2]):
+        assert str(provenance["trl_config"][key]) == value
+    if trainer == "hint":  # fb1's branch 1 has hints at turns 0 and 1: the limit keeps turn 0
+        assert summary["metrics"]["hint_rows"] == {**summary["metrics"]["hint_rows"], "rows": 4, "after_turn_limit": 3,
+                                                   "trained": 3}
+        assert any("max_target_turns_per_rollout=1: 1 later hinted turn(s) left out" in w for w in summary["warnings"])
+    else:
+        assert summary["metrics"]["span_rows"]["spans"]["negative"] == 5
