@@ -14,7 +14,8 @@ Ray row; the driver is this process, as ``factory fork`` is.
    the same concurrency. Goal: >= 85 % of ``local``'s throughput per core
    used (cores used: min(workers, CPUs of this machine)).
 3. Driver CPU per branch (ms of this process's CPU while the ``io`` rows
-   stream), which bounds how many workers one driver can feed, and a written
+   stream), which bounds how many workers one driver can feed (the worker
+   processes' own CPU per branch is printed beside it), and a written
    projection for 10,000 tasks x 8 branches on 50 nodes from it and the
    ``cpu`` rows.
 
@@ -80,6 +81,18 @@ def write_replay(folder: Path) -> Path:
     return path
 
 
+def process_cpu(pids: list[int]) -> float:
+    """CPU seconds the processes ``pids`` have used (``/proc``: the workers are on this host)."""
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 def cpu_now() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -100,6 +113,8 @@ def fork(folder: Path, name: str, tasks: list[Task], backend: str, *, address: s
         stamps: list[float] = []
         cpu: list[float] = []
         first_s = 0.0  # how long the first branch took where it ran
+        pids: list[int] = []
+        worker_cpu: list[tuple[int, float]] = []  # (results so far, the workers' CPU seconds then)
         begun = time.perf_counter()
         try:
             async for result in runner.run(tasks):
@@ -110,6 +125,11 @@ def fork(folder: Path, name: str, tasks: list[Task], backend: str, *, address: s
                 if len(stamps) == 1:
                     cpu.append(cpu_now())
                     first_s = (result.finished_at - result.started_at).total_seconds()
+                    if backend == "ray":
+                        pids = [pid for _, pid in await engine.worker_processes()]
+                # The workers' own CPU from the first result to 90 % of them (they end with the run).
+                if pids and len(stamps) in (1, max(2, int(0.9 * len(tasks)))):
+                    worker_cpu.append((len(stamps), process_cpu(pids)))
             cpu.append(cpu_now())
         finally:
             if runner.pipeline is not None:
@@ -119,6 +139,8 @@ def fork(folder: Path, name: str, tasks: list[Task], backend: str, *, address: s
         return {"branches": len(stamps), "start_s": stamps[0] - first_s - begun, "steady_s": steady,
                 "per_s": len(stamps) / steady if steady > 0 else float("nan"),
                 "driver_ms": 1000 * (cpu[-1] - cpu[0]) / max(1, len(stamps) - 1),
+                "worker_ms": 1000 * (worker_cpu[-1][1] - worker_cpu[0][1]) / (worker_cpu[-1][0] - worker_cpu[0][0])
+                if len(worker_cpu) == 2 else float("nan"),
                 "nodes": dict(engine.node_counts)}
 
     try:
@@ -160,8 +182,8 @@ def main() -> None:
                 label = f"{n} worker(s)" if backend == "ray" else f"local c={in_flight}"
                 print(f"io  {label:>14}: {row['branches']} branches, {row['per_s']:.1f}/s steady "
                       f"({100 * share:.1f} % of ideal {ideal:.0f}/s), start {row['start_s']:.1f} s, "
-                      f"driver {row['driver_ms']:.2f} ms CPU/branch, nodes {row['nodes']}  (load {loadavg()})",
-                      flush=True)
+                      f"driver {row['driver_ms']:.2f} ms CPU/branch, workers {row['worker_ms']:.2f} ms CPU/branch, "
+                      f"nodes {row['nodes']}  (load {loadavg()})", flush=True)
                 if backend == "ray":
                     io_rows[n] = row
                     record("scale io", f"ray {n} worker(s), {in_flight} in flight", f"{row['per_s']:.1f}/s",
@@ -178,8 +200,8 @@ def main() -> None:
                 cpu_rows[(backend, n)] = row
                 print(f"cpu {backend:>5} x{n}: {row['branches']} branches, {row['per_s']:.2f}/s steady, "
                       f"{row['per_s'] / used:.2f}/s per core used ({used}), start {row['start_s']:.1f} s, "
-                      f"driver {row['driver_ms']:.2f} ms CPU/branch, nodes {row['nodes']}  (load {loadavg()})",
-                      flush=True)
+                      f"driver {row['driver_ms']:.2f} ms CPU/branch, workers {row['worker_ms']:.2f} ms CPU/branch "
+                      f"(bwrap's and pytest's own not counted), nodes {row['nodes']}  (load {loadavg()})", flush=True)
             ray_core, local_core = cpu_rows[("ray", n)]["per_s"] / used, cpu_rows[("local", n)]["per_s"] / used
             share = ray_core / local_core
             record("scale cpu", f"ray {n} worker(s), per core used", f"{ray_core:.2f}/s",

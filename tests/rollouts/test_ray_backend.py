@@ -23,6 +23,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from factory.errors import ConfigError
 from factory.rollouts import BackendOptions, ForkConfig, LocalRayCluster, RolloutForkRunner, create_backend
 from factory.sandbox import sandbox_root
 from factory.store import RunManifest, Store
@@ -121,6 +122,7 @@ def _slow(entries: list[dict], delay_s: float) -> list[dict]:
     return [{**entry, "delay_s": delay_s} for entry in entries]
 
 
+@pytest.mark.slow  # a worker's restart and its re-run branches: 68 s here at load 16 (opt in: -m slow)
 def test_worker_killed_mid_branch_is_rerun_and_stored_once(cluster, tmp_path, replay_file):
     """kill -9 a worker process while its branches (bwrap sandboxes open) are in flight."""
     replay = replay_file(_slow(FIX_FACTORIAL, 0.4) + _slow(ANSWERS, 0.4))
@@ -160,6 +162,7 @@ def _stored(db: Path, run_id: str) -> int:
         con.close()
 
 
+@pytest.mark.slow  # two fork processes, each joining the cluster: 46-133 s here at load 16 (opt in: -m slow)
 def test_driver_killed_then_resume_stores_each_branch_once(cluster, tmp_path, replay_file):
     replay = replay_file(_slow(ANSWERS, 0.5))
     tasks = tmp_path / "tasks.jsonl"
@@ -196,3 +199,22 @@ def test_driver_killed_then_resume_stores_each_branch_once(cluster, tmp_path, re
     assert summary["backend"] == "ray" and sum(summary["nodes"].values()) == 16 - before
     with Store.open(db, read_only=True) as store:
         assert len(branch_rows(store, "d")) == 16
+
+
+def test_a_node_that_cannot_run_the_branches_stops_the_run_naming_it(cluster, tmp_path, replay_file):
+    replay = replay_file(ANSWERS)
+    engine = create_backend("ray", BackendOptions(address=cluster.address))
+    model = engine.model(f"replay:{replay}")  # read here; gone before the nodes look for it
+    replay.unlink()
+    with Store.open(tmp_path / "run.duckdb") as store:
+        runner = RolloutForkRunner(model, store, ForkConfig(branches=1, sandbox="none"), run_id="n", backend=engine)
+
+        async def go():
+            try:
+                return [result async for result in runner.run(TASKS[:1])]
+            finally:
+                await engine.aclose()
+
+        with pytest.raises(ConfigError, match=r"^ray node \S+ \(.+\): the replay file .+ is not readable there"):
+            asyncio.run(go())
+        assert store.run("n") is None  # refused before the run was written
