@@ -214,3 +214,9 @@ def test_frames_reach_anthropic_as_image_blocks():
         {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]}])
     assert wire[0]["content"][1] == {"type": "image", "source": {
         "type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
+
+
+def test_docker_answers_that_its_image_has_no_browser_yet(tmp_path):
+    verdict = asyncio.run(_verify(_verifier(tmp_path, sandbox="docker"), _counter(), _page("honest")))
+    assert verdict.status == "error" and verdict.details["code"] == "browser_unavailable"
+    assert "--sandbox bwrap" in verdict.details["reason"]
