@@ -159,3 +159,49 @@ def test_the_recorder_weighs_the_functions_into_the_total_and_keeps_each(tmp_pat
     assert callback.recorder.drain(step=8) is None  # nothing generated since
     unwatched, none = watch_rewards([correct], "off", DetectorSettings(), tmp_path)
     assert unwatched == [correct] and none is None
+
+
+@pytest.mark.slow
+def test_the_detector_fires_before_a_length_and_correctness_reward_saturates(tiny_model, tmp_path):
+    """Issue 35's real case, on fixed seeds: a reward paying per token plus a correctness term (the first token is the
+    prompt's target, one the starting policy picks a fifth of the time or so); warn mode lets training run on, so the
+    total reward's saturation (its 3-step moving average 90 % of the way from the first to the highest value) can be
+    seen. The first alarm must come before it (bench/bench_hacking.py runs the same with a reward-model ensemble)."""
+    import statistics
+
+    policy = eos_prone(tiny_model, tmp_path)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(policy), AutoTokenizer.from_pretrained(policy)
+    targets = {}
+    for prompt in PROMPTS:
+        ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+        with torch.no_grad():
+            probs = model(**ids).logits[0, -1].softmax(-1)
+        targets[prompt[-1]["content"]] = next(t for t in probs.argsort(descending=True).tolist()
+                                              if t != tokenizer.eos_token_id)
+
+    def pays_for_length(prompts, completions, completion_ids, **kwargs):
+        return [len(ids) / 32 for ids in completion_ids]
+
+    def correctness(prompts, completions, completion_ids, **kwargs):
+        return [float(bool(ids) and ids[0] == targets[p[-1]["content"]]) for p, ids in zip(prompts, completion_ids)]
+
+    settings = DetectorSettings(warmup_steps=4, window=2)
+    funcs, callback = watch_rewards([pays_for_length, correctness], "warn", settings, tmp_path / "out")
+    config = trl.GRPOConfig(output_dir=str(tmp_path / "out"), max_steps=20, per_device_train_batch_size=16,
+                            num_generations=4, max_completion_length=32, learning_rate=1e-4, warmup_steps=4,
+                            top_k=50, use_cpu=True, bf16=False, report_to="none", logging_steps=1,
+                            save_strategy="no", disable_tqdm=True, seed=0, beta=0.0)
+    trainer = trl.GRPOTrainer(model=policy, reward_funcs=funcs, args=config, train_dataset=prompts_dataset(tmp_path),
+                              callbacks=[callback])
+    trainer.train()
+    steps = callback.detector.steps
+    rewards = [s.mean_reward for s in steps]
+    smooth = [statistics.fmean(rewards[max(0, i - 2):i + 1]) for i in range(len(rewards))]
+    saturated = next(s.step for s, v in zip(steps, smooth) if v >= smooth[0] + 0.9 * (max(smooth) - smooth[0]))
+    first = callback.detector.first_alarm
+    print("\ntiny GRPO, length + correctness:", [(s.step, round(s.mean_length, 1), round(s.mean_reward, 3),
+                                                  s.status.value) for s in steps], "saturated at", saturated)
+    assert max(smooth) > smooth[0] + 0.2  # the length reward did climb
+    assert first is not None and first.step < saturated, (first, saturated)
