@@ -511,7 +511,7 @@ class BrowserVerifier:
         # Chromium's V8 reserves a terabyte of address space up front, so RLIMIT_AS cannot bound it; the JS heap
         # is bounded by a V8 flag instead, and time by the CPU and wall limits. A warm session outlives one
         # verification: its runner gets an hour, and each request keeps its own deadline (time_limit_s).
-        seconds = 3600.0 if self.keep_warm else self.time_limit_s
+        seconds = 3600.0 if self.keep_warm else 2 * self.time_limit_s + 30  # start, open and execute together
         return SandboxLimits(timeout_s=seconds, cpu_seconds=int(seconds), memory_mb=4 * 1024 * 1024,
                              max_processes=256, tmp_mb=256)
 

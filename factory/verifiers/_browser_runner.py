@@ -124,6 +124,7 @@ class Runner:
         self.page: Any = None
         self.agent = ""
         self.aria = ""
+        self.unresponsive = False
 
     # -- serving
 
@@ -160,6 +161,7 @@ class Runner:
             await self._bounded(self.page.context.close())
         self.console.clear()
         self.blocked.clear()
+        self.unresponsive = False
         context = await self.browser.new_context(user_agent=self.agent, viewport={"width": 800, "height": 600},
                                                  locale="en-US")
         context.set_default_timeout(self.step_timeout_ms)
@@ -177,10 +179,19 @@ class Runner:
             self.blocked.append(url[:300])
             await route.abort("blockedbyclient")
 
+    @property
+    def _deadline_s(self) -> float:
+        # Once the page has failed to answer, later looks get a second each: a page spinning its main thread
+        # would otherwise spend the whole time budget on snapshots nobody can take.
+        return 1.0 if self.unresponsive else self.step_timeout_ms / 1000
+
     async def _bounded(self, awaitable: Any, default: Any = None) -> Any:
-        """The awaitable's result, or ``default`` past the step deadline (a spinning page answers nothing)."""
+        """The awaitable's result, or ``default`` past the deadline (a spinning page answers nothing)."""
         try:
-            return await asyncio.wait_for(awaitable, self.step_timeout_ms / 1000)
+            return await asyncio.wait_for(awaitable, self._deadline_s)
+        except asyncio.TimeoutError:
+            self.unresponsive = True
+            return default
         except Exception:  # noqa: BLE001 - a page that cannot answer is evidence, recorded by the caller
             return default
 
@@ -265,7 +276,7 @@ class Runner:
             try:
                 if not isinstance(action, dict):
                     raise ValueError("an action must be an object")
-                await asyncio.wait_for(self._act(action), self.step_timeout_ms / 1000 + 1)
+                await asyncio.wait_for(self._act(action), self._deadline_s + 1)
             except Exception as exc:  # noqa: BLE001 - a step that cannot run is recorded, never fatal
                 error = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}"
             await asyncio.sleep(0.15)  # let the page's handlers and transitions settle before looking
