@@ -33,7 +33,13 @@ from factory.sandbox._conformance import (
     expect,
     self_check,
 )
-from factory.sandbox._docker import DockerSandbox, docker_available, docker_image_status, sweep_docker_containers
+from factory.sandbox._docker import (
+    DockerSandbox,
+    docker_available,
+    docker_image_status,
+    drain_docker_pool,
+    sweep_docker_containers,
+)
 from factory.sandbox._host import HostWorkspace, host_file_call, processes_of, run_limited, sandbox_environment
 from factory.sandbox._image import ImageBuild, build_image, default_image_tag
 from factory.sandbox._none import NoSandbox, NoSandboxWarning
@@ -67,6 +73,7 @@ __all__ = [
     "default_sandbox_name",
     "docker_available",
     "docker_image_status",
+    "drain_docker_pool",
     "expect",
     "host_file_call",
     "processes_of",

@@ -59,6 +59,7 @@ whose owner's sandbox folder is no longer held (see
 from __future__ import annotations
 
 import asyncio
+import atexit
 import functools
 import io
 import json
@@ -83,7 +84,7 @@ from factory.sandbox._image import default_image_tag
 from factory.sandbox._scratch import folder_in_use, sandbox_folder
 from factory.sandbox._seccomp import docker_seccomp_profile
 
-__all__ = ["DockerSandbox", "docker_available", "docker_image_status", "sweep_docker_containers"]
+__all__ = ["DockerSandbox", "docker_available", "docker_image_status", "drain_docker_pool", "sweep_docker_containers"]
 
 _UID = 65534
 _LABEL = "factory.sandbox"
@@ -189,7 +190,9 @@ _TOOL_MAIN = r'''
 
 def _main():
     import io, json, sys, tarfile
-    op, args = sys.argv[1], json.loads(sys.argv[2])
+    op, args = sys.argv[1], sys.argv[2]
+    # "-": the arguments are stdin's first line (a pooled container's seed exec starts before they are known)
+    args = json.loads(sys.stdin.buffer.readline() if args == "-" else args)
     tree = FdTree(os.open("/workspace", _O_DIR))
     out = sys.stdout.buffer
     try:
@@ -316,6 +319,227 @@ def _drop(sock: Any) -> None:
             pass
 
 
+@dataclass
+class _Exec:
+    """An exec the engine has started, its connection open (stdin not yet fed)."""
+
+    id: str
+    sock: Any
+
+
+def _exec_open(container_id: str, argv: list[str], user: str, stdin: bool, env: dict[str, str] | None) -> _Exec:
+    api = _engine().api
+    try:
+        created = api.exec_create(container_id, argv, stdin=stdin, user=user, workdir=_WORKSPACE, environment=env)
+        sock = api.exec_start(created["Id"], socket=True)
+    except Exception as exc:
+        raise SandboxError(f"docker exec failed: {exc}") from exc
+    try:
+        # the client's 60 s would end a quiet command's stream early (or a pooled seed's wait); a watchdog bounds it
+        getattr(sock, "_sock", sock).settimeout(None)
+    except (OSError, AttributeError):
+        pass
+    return _Exec(created["Id"], sock)
+
+
+def _remove(container: Any, stdin: Any) -> None:
+    try:
+        container.remove(force=True)
+    except Exception:  # gone already: auto_remove, or PID 1 ended
+        pass
+    if stdin is not None:
+        _drop(stdin)
+
+
+#: Images found present on the engine by this process (one inspection per image, not one per start).
+_present: set[str] = set()
+#: Most pre-started containers kept per configuration (``FACTORY_DOCKER_POOL``; 0 turns the pool off).
+_POOL_MAX_DEFAULT = 8
+#: A pre-started container unused for this long is removed (a configuration no longer asked for).
+_POOL_IDLE_S = 120.0
+
+
+@dataclass
+class _Launched:
+    """A started container no command has touched: PID 1's stdin, and the seed exec waiting for its arguments."""
+
+    container: Any
+    stdin: Any
+    seed: _Exec
+    key: str | None = None  # the pool's key (None: made for one sandbox, not counted by the pool)
+    made: float = 0.0
+
+
+def _launch(client: Any, kwargs: dict[str, Any]) -> _Launched:
+    """Create and start one container, and start its seed exec (as root, reading its arguments from stdin)."""
+    image = kwargs["image"]
+    try:
+        container = client.containers.create(**kwargs)
+    except Exception as exc:
+        raise SandboxError(f"docker sandbox failed to start ({image}): {exc}") from exc
+    stdin = None
+    try:
+        stdin = container.attach_socket(params={"stdin": 1, "stream": 1})
+        container.start()
+        seed = _exec_open(container.id, ["python3", "-I", "-S", "-B", "-c", _file_tool(), "seed", "-"], "0", True,
+                          None)
+    except Exception as exc:
+        _remove(container, stdin)
+        raise SandboxError(f"docker sandbox failed to start ({image}): {exc}") from exc
+    return _Launched(container, stdin, seed, made=time.monotonic())
+
+
+def _discard(launched: _Launched) -> None:
+    _drop(launched.seed.sock)
+    _remove(launched.container, launched.stdin)
+
+
+class _Pool:
+    """Pre-started, never-used containers by their exact creation arguments, refilled in the background.
+
+    A container is handed out once, to one sandbox, before any command but its
+    own seed step has run in it, and removed when that sandbox closes, as one
+    made on demand is: nothing is ever reused. Per configuration the pool
+    keeps as many ready as were recently live at once (at most
+    ``FACTORY_DOCKER_POOL``); they carry the sandbox labels and their PID 1's
+    stdin is held by this process, so a dead process's are removed as any
+    sandbox's are, and :func:`drain_docker_pool` (also at exit) removes them.
+    Closed sandboxes' removals run here too, off the caller's path.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._pid = os.getpid()
+        self._ready: dict[str, list[_Launched]] = {}
+        self._filling: dict[str, int] = {}
+        self._waiting: dict[str, int] = {}
+        self._live: dict[str, int] = {}
+        self._want: dict[str, int] = {}
+        self._busy: set[threading.Thread] = set()  # fills and removals under way
+        self._exit_hooked = False
+
+    def _fork_check(self) -> None:
+        """After ``os.fork()`` the parent's containers are the parent's: the child starts with an empty pool."""
+        if self._pid != os.getpid():
+            self.__init__()  # type: ignore[misc]
+
+    def _spawn(self, target: Any, *args: Any) -> None:
+        def run() -> None:
+            try:
+                target(*args)
+            finally:
+                with self._cond:
+                    self._busy.discard(threading.current_thread())
+                    self._cond.notify_all()
+
+        thread = threading.Thread(target=run, daemon=True, name="factory-docker-pool")
+        with self._cond:
+            self._busy.add(thread)
+            if not self._exit_hooked:
+                self._exit_hooked = True
+                atexit.register(self.drain)
+        thread.start()
+
+    def take(self, client: Any, kwargs: dict[str, Any], poolable: bool) -> _Launched:
+        """A fresh started container for ``kwargs``: a ready one, one about to be ready, or one made now."""
+        size = _pool_size()
+        if not poolable or size == 0:
+            return _launch(client, kwargs)
+        key = json.dumps(kwargs, sort_keys=True, default=str)
+        stale: list[_Launched] = []
+        self._fork_check()
+        with self._cond:
+            now = time.monotonic()
+            for ready in self._ready.values():
+                stale += [r for r in ready if now - r.made > _POOL_IDLE_S]
+                ready[:] = [r for r in ready if now - r.made <= _POOL_IDLE_S]
+            self._live[key] = self._live.get(key, 0) + 1
+            self._want[key] = min(size, max(self._want.get(key, 0), self._live[key]))
+            launched = None
+            while launched is None:
+                if self._ready.get(key):
+                    launched = self._ready[key].pop()
+                elif self._filling.get(key, 0) > self._waiting.get(key, 0):  # one on its way, not yet promised
+                    self._waiting[key] = self._waiting.get(key, 0) + 1
+                    self._cond.wait()
+                    self._waiting[key] -= 1
+                else:
+                    break
+            refill = self._want[key] - len(self._ready.get(key, ())) - self._filling.get(key, 0)
+            self._filling[key] = self._filling.get(key, 0) + max(0, refill)
+        for r in stale:
+            self._spawn(_discard, r)
+        for _ in range(max(0, refill)):
+            self._spawn(self._fill, client, key, kwargs)
+        try:
+            if launched is None:
+                launched = _launch(client, kwargs)
+        except BaseException:
+            self.release(key)
+            raise
+        launched.key = key
+        return launched
+
+    def _fill(self, client: Any, key: str, kwargs: dict[str, Any]) -> None:
+        try:
+            launched: _Launched | None = _launch(client, kwargs)
+        except Exception:  # the next take makes its own and says why
+            launched = None
+        with self._cond:
+            self._filling[key] -= 1
+            if launched is not None and len(self._ready.get(key, ())) < self._want.get(key, 0):
+                self._ready.setdefault(key, []).append(launched)
+                launched = None
+            self._cond.notify_all()
+        if launched is not None:  # drained meanwhile
+            _discard(launched)
+
+    def release(self, key: str | None) -> None:
+        """One sandbox of ``key`` closed."""
+        if key is None:
+            return
+        with self._cond:
+            if key in self._live:
+                self._live[key] = max(0, self._live[key] - 1)
+
+    def retire(self, container: Any, stdin: Any) -> None:
+        """Remove a closed sandbox's container in the background."""
+        self._spawn(_remove, container, stdin)
+
+    def drain(self, timeout: float = 60.0) -> None:
+        """Remove every ready container, and wait for the fills and removals under way."""
+        self._fork_check()
+        with self._cond:
+            ready = [r for rs in self._ready.values() for r in rs]
+            self._ready.clear()
+            self._want.clear()
+        for launched in ready:
+            self._spawn(_discard, launched)
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._busy and time.monotonic() < deadline:
+                self._cond.wait(max(0.0, deadline - time.monotonic()))
+
+
+def _pool_size() -> int:
+    value = os.environ.get("FACTORY_DOCKER_POOL", "")
+    try:
+        return max(0, int(value)) if value.strip() else _POOL_MAX_DEFAULT
+    except ValueError:
+        raise SandboxError(f"FACTORY_DOCKER_POOL must be a whole number, got {value!r}") from None
+
+
+_POOL = _Pool()
+
+
+def drain_docker_pool(timeout: float = 60.0) -> None:
+    """Remove this process's pre-started docker containers and wait for closed sandboxes' removals.
+
+    Runs at exit too; a sandbox started afterwards refills the pool.
+    """
+    _POOL.drain(timeout)
+
+
 @register_sandbox("docker")
 class DockerSandbox(Sandbox):
     """A container with no network, a read-only root, the syscall filter, a tmpfs quota and resource limits."""
@@ -326,6 +550,7 @@ class DockerSandbox(Sandbox):
         super().__init__(spec)
         self._container: Any = None
         self._stdin: Any = None  # PID 1's attached stdin: the container lives as long as this connection
+        self._pool_key: str | None = None  # the pool's key of this container's configuration (None: not pooled)
         self._readonly = sorted({_key(p) for p in spec.readonly_files})
         self._lock = asyncio.Lock()
         self.image = spec.image or default_image_tag()
@@ -348,21 +573,32 @@ class DockerSandbox(Sandbox):
         if shared is not None and not os.path.isdir(shared):
             raise SandboxError(f"shared_dir {shared} is not a directory")
         client = await asyncio.to_thread(_engine)
-        await asyncio.to_thread(_image_present, client, self.image)
+        if self.image not in _present:
+            await asyncio.to_thread(_image_present, client, self.image)
+            _present.add(self.image)
         await asyncio.to_thread(_swept_once)
+        kwargs = self._create_kwargs()
         try:
-            await asyncio.to_thread(self._create, client)
+            # A container of a bind-mounted folder is made for it (every verification's channel folder is
+            # its own, so a pre-started one would be waste); any other comes from the pool when one is ready.
+            launched = await asyncio.to_thread(_POOL.take, client, kwargs, shared is None)
+            self._container, self._stdin, self._pool_key = launched.container, launched.stdin, launched.key
             files = {_key(p): _as_bytes(c) for p, c in self.spec.files.items()}
             files.update({_key(p): _as_bytes(c) for p, c in self.spec.readonly_files.items()})
-            seeded = await self._tool("seed", {"readonly": self._readonly, "uid": _UID}, user="0",
-                                      stdin=_tar(files), cap=1 << 20)
+            header = json.dumps({"readonly": self._readonly, "uid": _UID}).encode() + b"\n"
+            async with self._lock:
+                seeded = await asyncio.to_thread(self._exec_finish, launched.seed, header + _tar(files), 1 << 20,
+                                                 _FILE_OP_TIMEOUT_S, time.monotonic())
+            if seeded.exit_code == 127:
+                raise SandboxUnavailableError(f"the docker image {self.image} has no python3 (the file tools need it)")
             if seeded.exit_code != 0:
-                raise SandboxError(f"seeding the workspace failed: {_tail(seeded.stderr)}")
+                raise SandboxError(f"seeding the workspace failed: {_tail(seeded.stderr) or seeded.exit_code}")
         except BaseException:
             await self.close()
             raise
 
-    def _create(self, client: Any) -> None:
+    def _create_kwargs(self) -> dict[str, Any]:
+        """Everything ``containers.create`` gets for this spec: the pool's key, so a container matches exactly."""
         from docker.types import Mount, Ulimit
 
         limits = self.spec.limits
@@ -375,54 +611,41 @@ class DockerSandbox(Sandbox):
         # and room for factory's own file tool (the collected files, twice) however full they are.
         memory = limits.memory_mb + limits.workspace_mb + 2 * limits.tmp_mb + 256
         inodes = max(4096, limits.workspace_mb * 256)
-        try:
-            # detach=False is what makes the SDK set StdinOnce: the engine closes PID 1's stdin when this
-            # process's attach connection drops (it dies), and PID 1 (cat) exits with it.
-            container = client.containers.create(
-                self.image, ["cat"], stdin_open=True, init=True, detach=False,
-                network_mode="none", read_only=True, user="0:0", hostname="sandbox", working_dir=_WORKSPACE,
-                cap_drop=["ALL"], cap_add=list(_ROOT_CAPABILITIES),
-                security_opt=["no-new-privileges:true",
-                              f"seccomp={docker_seccomp_profile(no_symlinks=self.spec.no_symlinks)}"],
-                pids_limit=limits.max_processes + 4,  # docker-init, cat, the wrapper and timeout
-                mem_limit=f"{memory}m", memswap_limit=f"{memory}m", nano_cpus=1_000_000_000,
-                ulimits=[Ulimit(name="cpu", soft=limits.cpu_seconds, hard=limits.cpu_seconds + 1),
-                         Ulimit(name="fsize", soft=limits.max_file_mb << 20, hard=limits.max_file_mb << 20),
-                         Ulimit(name="core", soft=0, hard=0)],
-                tmpfs={_WORKSPACE: f"size={limits.workspace_mb}m,nr_inodes={inodes},mode=1777,nosuid,nodev",
-                       "/tmp": f"size={limits.tmp_mb}m,mode=1777,nosuid,nodev"},
-                shm_size=f"{limits.tmp_mb}m", ipc_mode="private", mounts=mounts, environment={},
-                # SysV shared memory and message queues outlive the processes that made them (kill -9 -1
-                # cannot reach them): segments go with their last user, queues and POSIX queues are off.
-                sysctls={"kernel.shm_rmid_forced": "1", "kernel.msgmni": "0", "fs.mqueue.queues_max": "0"},
-                auto_remove=True, log_config={"type": "none"},
-                labels={_LABEL: "1", f"{_LABEL}.host": socket.gethostname(),
-                        f"{_LABEL}.folder": str(sandbox_folder())},
-            )
-        except Exception as exc:
-            raise SandboxError(f"docker sandbox failed to start ({self.image}): {exc}") from exc
-        self._container = container
-        try:
-            self._stdin = container.attach_socket(params={"stdin": 1, "stream": 1})
-            container.start()
-        except Exception as exc:
-            raise SandboxError(f"docker sandbox failed to start ({self.image}): {exc}") from exc
+        # detach=False is what makes the SDK set StdinOnce: the engine closes PID 1's stdin when this
+        # process's attach connection drops (it dies), and PID 1 (cat) exits with it.
+        return dict(
+            image=self.image, command=["cat"], stdin_open=True, init=True, detach=False,
+            network_mode="none", read_only=True, user="0:0", hostname="sandbox", working_dir=_WORKSPACE,
+            cap_drop=["ALL"], cap_add=list(_ROOT_CAPABILITIES),
+            security_opt=["no-new-privileges:true",
+                          f"seccomp={docker_seccomp_profile(no_symlinks=self.spec.no_symlinks)}"],
+            pids_limit=limits.max_processes + 4,  # docker-init, cat, the wrapper and timeout
+            mem_limit=f"{memory}m", memswap_limit=f"{memory}m", nano_cpus=1_000_000_000,
+            ulimits=[Ulimit(name="cpu", soft=limits.cpu_seconds, hard=limits.cpu_seconds + 1),
+                     Ulimit(name="fsize", soft=limits.max_file_mb << 20, hard=limits.max_file_mb << 20),
+                     Ulimit(name="core", soft=0, hard=0)],
+            tmpfs={_WORKSPACE: f"size={limits.workspace_mb}m,nr_inodes={inodes},mode=1777,nosuid,nodev",
+                   "/tmp": f"size={limits.tmp_mb}m,mode=1777,nosuid,nodev"},
+            shm_size=f"{limits.tmp_mb}m", ipc_mode="private", mounts=mounts, environment={},
+            # SysV shared memory and message queues outlive the processes that made them (kill -9 -1
+            # cannot reach them): segments go with their last user, queues and POSIX queues are off.
+            sysctls={"kernel.shm_rmid_forced": "1", "kernel.msgmni": "0", "fs.mqueue.queues_max": "0"},
+            auto_remove=True, log_config={"type": "none"},
+            labels={_LABEL: "1", f"{_LABEL}.host": socket.gethostname(), f"{_LABEL}.folder": str(sandbox_folder())},
+        )
 
     async def close(self) -> None:
         container, self._container = self._container, None
         stdin, self._stdin = self._stdin, None
         if container is None:
             return
-
-        def remove() -> None:
-            try:
-                container.remove(force=True)
-            except Exception:  # gone already: auto_remove, or PID 1 ended
-                pass
-            if stdin is not None:
-                _drop(stdin)
-
-        await asyncio.to_thread(remove)
+        _POOL.release(self._pool_key)
+        if self.spec.shared_dir is None:
+            # Nothing of the host is mounted and there is no network: what the container still runs can reach
+            # nothing the caller sees, so the engine's removal (the slow part) need not hold the caller.
+            _POOL.retire(container, stdin)
+        else:  # a bind-mounted folder: every process is gone before the caller reads or reuses it
+            await asyncio.to_thread(_remove, container, stdin)
 
     # ------------------------------------------------------------ commands
 
@@ -431,24 +654,21 @@ class DockerSandbox(Sandbox):
         """One ``exec``: feed stdin, read the multiplexed output up to ``cap``, kill at the limit or the flood."""
         if self._container is None:
             raise SandboxError("sandbox is not started")
-        api = _engine().api
         started = time.monotonic()
-        try:
-            created = api.exec_create(self._container.id, argv, stdin=stdin is not None, user=user,
-                                      workdir=_WORKSPACE, environment=env)
-            sock = api.exec_start(created["Id"], socket=True)
-        except Exception as exc:
-            raise SandboxError(f"docker exec failed: {exc}") from exc
+        return self._exec_finish(_exec_open(self._container.id, argv, user, stdin is not None, env), stdin, cap,
+                                 timeout, started)
+
+    def _exec_finish(self, opened: _Exec, stdin: bytes | None, cap: int, timeout: float,
+                     started: float) -> _Outcome:
+        """Feed an opened exec's stdin, read its output up to ``cap``, kill at the limit or the flood."""
+        api = _engine().api
+        created, sock = {"Id": opened.id}, opened.sock
         # Read through the buffered reader the HTTP headers were read from: it may already hold the first frames.
         try:
             reader = sock._response.raw._fp.fp
         except AttributeError:
             reader = sock
         raw = getattr(sock, "_sock", sock)
-        try:
-            raw.settimeout(None)  # the client's 60 s would end a quiet command's stream early; the watchdog bounds it
-        except (OSError, AttributeError):
-            pass
         state = {"flooded": False, "timed_out": False, "killed": False}
         done = threading.Event()
 

@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,7 @@ from factory.sandbox import (
     create_sandbox,
     default_image_tag,
     docker_image_status,
+    drain_docker_pool,
     sandbox_folder,
     sweep_docker_containers,
 )
@@ -58,20 +60,45 @@ def test_a_closed_sandbox_leaves_no_container():
     async def body():
         async with create_sandbox("docker", CONFORMANCE_SPEC) as sb:
             assert (await sb.exec("echo up")).stdout == "up\n"
+            await asyncio.to_thread(drain_docker_pool)  # the pre-started spare the start asked for goes
             return {c.id for c in containers(folder=folder)} - before
 
     started = run(body())
     assert len(started) == 1
+    drain_docker_pool()  # the removal runs off the closer's path (no host folder mounted): wait for it
     assert not started & {c.id for c in containers(folder=folder)}
+
+
+def test_pooled_containers_are_fresh_and_never_reused():
+    """A pre-started container is handed out once, seeded with its own sandbox's files, and gone after its close."""
+
+    async def body():
+        seen = []
+        for n in range(3):
+            spec = replace(CONFORMANCE_SPEC, files={**CONFORMANCE_SPEC.files, "mark.txt": f"run {n}"})
+            async with create_sandbox("docker", spec) as sb:
+                seen.append(sb._container.id)
+                result = await sb.exec("cat mark.txt; ls /tmp | wc -l; touch /tmp/left-behind")
+                assert result.stdout == f"run {n}0\n", result.describe()
+            await asyncio.sleep(0.5)
+        return seen
+
+    try:
+        seen = run(body())
+    finally:
+        drain_docker_pool()
+    assert len(set(seen)) == 3
+    assert not set(seen) & {c.id for c in containers()}
 
 
 CHILD = """
 import asyncio, sys
-from factory.sandbox import create_sandbox, CONFORMANCE_SPEC
+from factory.sandbox import create_sandbox, drain_docker_pool, CONFORMANCE_SPEC
 
 async def main():
     sandbox = create_sandbox("docker", CONFORMANCE_SPEC)
     await sandbox.start()
+    await asyncio.to_thread(drain_docker_pool)  # only the sandbox's own container is left
     print("ready", flush=True)
     await asyncio.sleep(600)
 
@@ -188,6 +215,7 @@ def test_a_missing_image_is_a_clean_error_that_says_how_to_build_one():
     present, why = docker_image_status(missing)
     assert not present and "factory sandbox build-image" in why
     folder = str(sandbox_folder())
+    drain_docker_pool()  # earlier tests' spares and removals under way are not this test's
     before = {c.id for c in containers(folder=folder)}
     with pytest.raises(SandboxUnavailableError, match="not present: build it offline"):
         run(DockerSandbox(SandboxSpec(image=missing)).start())
