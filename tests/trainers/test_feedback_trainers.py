@@ -218,3 +218,53 @@ def test_each_feedback_trainer_trains_the_tiny_model_from_the_cli(cli, tiny_cach
         assert any("max_target_turns_per_rollout=1: 1 later hinted turn(s) left out" in w for w in summary["warnings"])
     else:
         assert summary["metrics"]["span_rows"]["spans"]["negative"] == 5
+
+
+@pytest.mark.slow
+def test_hint_distillation_end_to_end_on_the_embedded_model(cli, tmp_path):
+    """Fork the example code tasks, accept the automatic proposals, LoRA-distil the hints, fork the result, power.
+
+    Run with ``pytest -m slow -s`` to see each step's time, what was trained on and the power verdict.
+    """
+    import shutil
+    import time
+
+    pytest.importorskip("llama_cpp", reason="the embedded model needs the 'local' extra")
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed")
+    root = Path(__file__).resolve().parents[2]
+    tasks = tmp_path / "code-tasks.jsonl"
+    lines = (root / "examples" / "tasks.jsonl").read_text().splitlines()
+    tasks.write_text("".join(line + "\n" for line in lines if "files" in json.loads(line)))
+    db = tmp_path / "hint.duckdb"
+    fork = ("--branches", "4", "--max-turns", "4", "--max-tokens", "256", "--sandbox", "bwrap", "--db", db)
+
+    def step(name: str, *args) -> str:
+        started = time.perf_counter()
+        result = cli(*args)
+        assert result.exit_code == 0, result.output
+        print(f"[hint loop] {name}: {time.perf_counter() - started:.0f} s", flush=True)
+        return result.stdout
+
+    before = json.loads(step("fork local", "fork", tasks, "--model", "local", *fork, "--run-id", "before", "--json"))
+    proposed = json.loads(step("feedback propose", "feedback", "propose", "before", "--db", db, "--json"))
+    hinted = [p["id"] for p in proposed["proposals"] if p.get("hint")]
+    assert hinted, f"no proposal with a hint on {before['verified'] - before['passed']} failed branch(es)"
+    step("feedback accept", "feedback", "accept", *hinted, "--db", db)
+    export = json.loads(step("export hints", "export", "hints", "--run", "before", "--db", db, "--out",
+                             tmp_path / "data" / "hints.jsonl", "--json"))
+    summary = json.loads(step("train hint (LoRA)", "train", "hint", "--data", tmp_path / "data" / "hints.jsonl",
+                              "--model", "local", "--lora", "--output", tmp_path / "policy", "--max-steps", "4",
+                              "--batch-size", "2", "--lr", "1e-4", "--json"))
+    assert summary["adapter_dir"] and summary["metrics"]["steps"] == 4
+    history = json.loads((tmp_path / "policy" / "train_result.json").read_text())["log_history"]
+    kl = [round(entry["kl"], 4) for entry in history if "kl" in entry]
+    after = json.loads(step("fork hf:", "fork", tasks, "--model", f"hf:{summary['model_dir']}", *fork,
+                            "--run-id", "after", "--json"))
+    power = json.loads(step("power", "power", "--runs", "before", "after", "--db", db, "--json"))
+    assert power["n"] > 0 and power["verdict"]
+    print(f"[hint loop] before: {before['passed']}/{before['verified']} passed; {len(hinted)} hinted proposal(s) "
+          f"accepted, {export['manifest']['rows']} hint row(s); train: KL per step {kl}; after: "
+          f"{after['passed']}/{after['verified']} passed", flush=True)
+    print(f"[hint loop] power: {power['k_a']}/{power['n']} vs {power['k_b']}/{power['n']}, p={power['p_value']}; "
+          f"{power['verdict']}", flush=True)
