@@ -1,65 +1,53 @@
-"""DPO export throughput: ``factory.export.export`` to JSONL and Parquet against a plain-Python baseline, in one run.
+"""DPO export throughput and peak memory: ``factory.export.export`` against a plain-Python exporter and DuckDB's COPY.
 
-Goal (issue): export 1,000,000 DPO pairs from the store and write them at
-least 5x faster (rows/s) than a plain-Python exporter that builds dicts and
-``json.dumps`` them, measured in the same run.
+Goals (issue 33): export 1,000,000 DPO pairs with realistic multi-turn
+trajectories (about 2.8 KiB each) at least 5x faster (rows/s) than a
+plain-Python exporter and at least as fast as DuckDB's own ``COPY`` of the
+same rows, at a peak RSS of at most 2 GiB, and the same peak at 5,000,000
+pairs (``--pairs 5000000 --skip-baselines``).
 
 1. ``load``: a synthetic store (a real DuckDB file, ``Store.open``) with one
    run of N tasks x 4 branches, written as Arrow tables through
-   ``Store._write`` in one transaction per chunk (as ``bench_memory`` does);
-   timed on its own, not part of any export figure. The pair strategy is
-   ``all-pairs``, the realistic heavy case: every task has 4 ranked branches
-   with distinct rewards, so each yields 4*3/2 = 6 pairs and
-   ceil(pairs / 6) tasks give the pairs asked for (166,667 tasks, 666,668
-   branches, 1,000,002 pairs by default).
-
-   Rows look like a real fork (``tests/export/golden/dpo.jsonl``):
-   ``runs`` (dataset and config hash), ``tasks`` (prompt, verifiers, spec),
-   ``branches`` whose ``trajectory`` is system + user + assistant messages of
-   varied lengths (seeded); a quarter of the tasks run in tool mode, where
-   the assistant first makes a ``write_file`` tool call (``function.arguments``
-   a JSON object), then a ``tool`` message answers, then the final assistant
-   reply. ``verdicts``: one ``answer@1`` verdict per branch (pass/fail, score
-   1/0, ``details.hack_detected`` false). ``rankings``: rank 1..4 with
-   distinct rewards, strengths and their intervals (stored, so the export
-   reads them and ranks nothing). ``events``: only the one ``run_start``
-   event per branch (it carries the ``mode`` that fills the ``tools``
-   column); a real fork also stores model/tool events, which the export's
-   query filters out by ``kind``, so they are left out here.
+   ``Store._write`` in one transaction per chunk; not part of any figure.
+   The pair strategy is ``all-pairs``: 4 ranked branches with distinct
+   rewards give 6 pairs a task (166,667 tasks, 666,668 branches, 1,000,002
+   pairs by default). Three tasks in four run in tool mode, multi-turn: 1 to
+   4 tool rounds (a thought, a ``write_file`` / ``run`` / ``read_file`` call
+   with JSON-object arguments, the tool's result) before the final reply;
+   the rest are single-turn. The mean trajectory is printed (about 2.8 KiB
+   of JSON). ``verdicts``: one ``answer@1`` verdict per branch; ``rankings``
+   stored (rank 1..4, distinct rewards, strengths and intervals);
+   ``events``: the ``run_start`` event carrying the ``mode``.
 
 2. ``export``: ``factory.export.export(store, "dpo", [run], FILE,
-   ExportOptions(pairs=PairOptions(strategy="all-pairs")))`` to ``.jsonl``
-   and to ``.parquet``, wall time end to end (the DuckDB query, ranking
-   statistics, the Polars pair join, writing, the manifest with the file's
-   sha256, the dataset card).
+   all-pairs)`` to ``.jsonl`` and ``.parquet`` with the store opened
+   read-only as ``factory export`` opens it, each in a fresh process (as
+   the command runs): wall time of the ``export()`` call and the process's
+   peak RSS (interpreter and imports included).
 
-3. ``baseline``: plain Python over the same store, also end to end: one
-   ``SELECT`` of the branches joined with their verdict, ranking and
-   ``run_start`` mode (``fetchall``), then Python loops: ``json.loads`` of
-   every trajectory and verdict detail, messages normalised to the exported
-   shape (every key present, tool-call arguments as JSON text), per task
-   every ordered pair with reward difference > 0 whose chosen side is not
-   hacked, each row a dict with the same columns as ours written as
-   ``json.dumps(row) + "\\n"``. Ratios are ours rows/s over the baseline's,
-   for both of our files against the same baseline.
+3. baselines, on the store opened writable (DuckDB's memory limit for them:
+   ``--baseline-memory``, 3 GB, spilling past it): the plain-Python
+   exporter (one ``SELECT`` of the branches joined with their verdict,
+   ranking and mode, fetched 10,000 rows at a time; ``json.loads`` of every
+   trajectory, messages normalised to the exported shape, every ordered pair
+   of a task with reward difference > 0 whose sides are not hacked, each row
+   ``json.dumps`` to a line), and DuckDB alone (``COPY (SELECT ...) TO`` the
+   same pairs with the same columns, as JSON and as zstd Parquet: the
+   self-join, ``json_transform`` of the messages and the writer all in
+   DuckDB, in parallel). Ratios: ours rows/s over each baseline's.
 
-4. ``check`` (untimed): the three files hold the same number of rows and
-   the same (task, chosen, rejected) triples (the Parquet's against the
-   baseline's); for a few sampled tasks the rows of all three agree column
-   by column.
+4. ``check`` (untimed): the three files hold the same rows and triples; a
+   few sampled tasks agree column by column.
 
-5. ``breakdown`` (untimed against the goal): the steps of ``export()`` run
-   one by one with the library's own functions, each with its wall time and
-   peak RSS (the process peak is reset between steps through
-   ``/proc/self/clear_refs``, where the kernel allows it).
+5. ``breakdown``: the steps of a streaming export run one by one over the
+   same slices (slice query, pairs, output columns, JSONL serialization,
+   hashing and writing, Parquet), each summed, and the pass's peak RSS.
 
 Each measurement runs once (``--repeat`` for more; the best is kept). The
-machine may be shared: other processes competing for the CPU slow every
-figure, ours (multi-threaded DuckDB and Polars) more than the single-threaded
-baseline; the load average at start and end is printed.
+machine may be shared: the load average at start and end is printed.
 
 Usage: python bench/bench_export.py [--pairs 1000000] [--repeat 1] [--seed 0] [--workdir DIR] [--skip-breakdown]
-       [--quick]
+       [--skip-baselines] [--formats jsonl,parquet] [--batch-branches 8192] [--baseline-memory 3GB] [--quick]
 """
 
 from __future__ import annotations
@@ -69,6 +57,8 @@ import json
 import math
 import os
 import resource
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -83,6 +73,7 @@ import pyarrow.parquet as pq
 from _results import loadavg, print_table, record  # bench/ is on sys.path
 
 from factory.export import ExportOptions, PairOptions, export
+from factory.export._source import BATCH_BRANCHES
 from factory.rollouts._agent import ANSWER_SYSTEM_PROMPT, TOOL_SYSTEM_PROMPT
 from factory.store import Store
 
@@ -91,11 +82,17 @@ BRANCHES = 4
 PAIRS_PER_TASK = BRANCHES * (BRANCHES - 1) // 2
 CHUNK_TASKS = 25_000
 GOAL = 5.0
+PEAK_GOAL_MB = 2048
 WORDS = ["sort", "parse", "list", "string", "file", "number", "date", "csv", "json", "http", "count", "sum", "reverse",
          "merge", "split", "filter", "map", "tree", "graph", "path", "queue", "stack", "cache", "retry", "timeout",
          "error", "log", "config", "table", "row", "column", "index", "key", "value", "token", "batch", "stream",
          "socket", "thread", "lock", "async", "test", "mock", "fixture", "the", "a", "of", "and", "then", "so",
          "because", "we", "it", "is", "returns", "first", "next", "carry", "one", "two", "seven", "twelve."]
+#: The tool rounds of a multi-turn branch, in turn: tool name and its arguments from a slice of text.
+TOOL_CALLS = (("write_file", lambda body: {"path": "solution.py", "content": body}),
+              ("run", lambda body: {"command": "python -m pytest -q tests/ -k " + body[:40].split()[0]}),
+              ("read_file", lambda body: {"path": "tests/test_solution.py"}),
+              ("write_file", lambda body: {"path": "solution.py", "content": body}))
 PROVENANCE = ("run_id", "task_id", "chosen_branch", "rejected_branch", "chosen_score", "rejected_score",
               "chosen_reward", "rejected_reward", "chosen_strength", "rejected_strength", "verifier_versions")
 
@@ -164,7 +161,7 @@ def chunk_tables(first: int, n: int, text: Text, started: datetime) -> dict[str,
     """Arrow tables of tasks ``first .. first + n - 1`` and their branches, verdicts, rankings, run_start events."""
     rng = text.rng
     task_ids = [f"task-{i:07d}" for i in range(first, first + n)]
-    tool_task = np.arange(first, first + n) % 4 == 0
+    tool_task = np.arange(first, first + n) % 4 != 0  # three tasks in four run in tool mode
     prompts = text.cut(text.lengths(n, 220, 30, 1200))
     answers = [str(i % 997) for i in range(first, first + n)]
     specs = [json.dumps({"id": t, "prompt": p, "answer": a, "files": {}, "tests": {}, "test_command": None,
@@ -183,10 +180,14 @@ def chunk_tables(first: int, n: int, text: Text, started: datetime) -> dict[str,
     reward = passed.astype(np.float64) + 0.05 * (BRANCHES - ranks) + rng.random(m) * 0.01  # distinct per task
     strength = (BRANCHES + 1) / 2 - ranks + rng.normal(0, 0.1, m)
     half = rng.uniform(0.3, 1.2, m)
-    reply = text.cut(text.lengths(m, 260, 8, 4000))
+    reply = text.cut(text.lengths(m, 400, 8, 4000))
     is_tool = tool_task[task_of]
-    tool_args = text.cut(text.lengths(m, 300, 20, 2000))
-    tool_out = text.cut(text.lengths(m, 120, 10, 800))
+    # multi-turn: a tool-mode branch makes 1..4 tool rounds (a thought, a call, the tool's result) before its reply
+    rounds = np.where(is_tool, rng.integers(1, 5, m), 0)
+    n_calls = int(rounds.sum())
+    thoughts = iter(text.cut(text.lengths(n_calls, 70, 5, 400)))
+    tool_args = iter(text.cut(text.lengths(n_calls, 330, 20, 2000)))
+    tool_out = iter(text.cut(text.lengths(n_calls, 220, 10, 1200)))
     trajectories, finals = [], []
     for j in range(m):
         t = task_of[j]
@@ -194,11 +195,12 @@ def chunk_tables(first: int, n: int, text: Text, started: datetime) -> dict[str,
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": TOOL_SYSTEM_PROMPT if is_tool[j] else ANSWER_SYSTEM_PROMPT},
             {"role": "user", "content": prompts[t] + ("\n\nWorkspace files: solution.py" if is_tool[j] else "")}]
-        if is_tool[j]:
-            call = {"id": "call_0", "type": "function",
-                    "function": {"name": "write_file", "arguments": {"path": "solution.py", "content": tool_args[j]}}}
-            messages += [{"role": "assistant", "content": "", "tool_calls": [call]},
-                         {"role": "tool", "tool_call_id": "call_0", "name": "write_file", "content": tool_out[j]}]
+        for k in range(int(rounds[j])):
+            name, arguments = TOOL_CALLS[k % len(TOOL_CALLS)]
+            call = {"id": f"call_{k}", "type": "function",
+                    "function": {"name": name, "arguments": arguments(next(tool_args))}}
+            messages += [{"role": "assistant", "content": next(thoughts), "tool_calls": [call]},
+                         {"role": "tool", "tool_call_id": f"call_{k}", "name": name, "content": next(tool_out)}]
         messages.append({"role": "assistant", "content": f"{reply[j]}\nFinal: {answer}"})
         trajectories.append(json.dumps(messages))
         finals.append(answer)
@@ -282,7 +284,8 @@ def _message(m: dict[str, Any]) -> dict[str, Any]:
 
 def baseline_export(store: Store, path: Path, tools_json: str) -> int:
     """Plain Python: fetch rows, build all-pairs DPO dicts in loops, ``json.dumps`` each to a line. Returns rows."""
-    rows = store._con.execute(BASELINE_SQL, [RUN]).fetchall()
+    cursor = store._con.execute(BASELINE_SQL, [RUN])
+    rows = (row for chunk in iter(lambda: cursor.fetchmany(10_000), []) for row in chunk)  # streamed, not fetchall
     written = 0
     with path.open("w", encoding="utf-8") as out:
 
@@ -323,6 +326,43 @@ def baseline_export(store: Store, path: Path, tools_json: str) -> int:
         if group:
             written += flush(current, group)
     return written
+
+
+# ------------------------------------------------------------------ DuckDB's own COPY of the same rows
+
+COPY_SQL = """
+COPY (
+WITH b AS (
+    SELECT b.run_id, b.task_id, b.branch_index, json_transform(b.trajectory, '[{shape}]') AS messages,
+           v.score, r.reward, r.strength, v.verifier || '@' || v.version AS version,
+           coalesce(json_extract_string(e.payload, '$.mode'), 'single-turn') AS mode,
+           coalesce(TRY_CAST(json_extract(v.details, '$.hack_detected') AS BOOLEAN), false) AS hacked
+    FROM branches b
+    JOIN verdicts v USING (run_id, task_id, branch_index)
+    JOIN rankings r USING (run_id, task_id, branch_index)
+    LEFT JOIN (SELECT * FROM events WHERE kind = 'run_start') e USING (run_id, task_id, branch_index)
+    WHERE b.run_id = '{run}' AND v.status IN ('pass', 'fail'))
+SELECT c.messages[1:2] AS prompt, c.messages[3:] AS chosen, r.messages[3:] AS rejected,
+       CASE WHEN c.mode = 'tools' THEN '{tools}' END AS tools, c.reward - r.reward AS margin,
+       c.run_id, c.task_id, c.branch_index AS chosen_branch, r.branch_index AS rejected_branch,
+       c.score AS chosen_score, r.score AS rejected_score, c.reward AS chosen_reward, r.reward AS rejected_reward,
+       c.strength AS chosen_strength, r.strength AS rejected_strength,
+       list_sort(list_distinct([c.version, r.version])) AS verifier_versions
+FROM b c JOIN b r ON c.run_id = r.run_id AND c.task_id = r.task_id AND c.branch_index <> r.branch_index
+WHERE NOT c.hacked AND NOT r.hacked AND c.reward - r.reward > 1e-12
+) TO '{path}' ({options})
+"""
+
+
+def copy_export(store: Store, path: Path, tools_json: str) -> int:
+    """DuckDB alone: the same pairs, built and written by one ``COPY (SELECT ...) TO`` (JSON or zstd Parquet)."""
+    from factory.store._queries import MESSAGE_JSON_SHAPE
+
+    options = "FORMAT JSON" if path.suffix == ".jsonl" else "FORMAT PARQUET, COMPRESSION ZSTD"
+    sql = COPY_SQL.format(shape=MESSAGE_JSON_SHAPE, run=RUN, tools=tools_json.replace("'", "''"),
+                          path=str(path).replace("'", "''"), options=options)
+    store._con.execute(sql)
+    return pq.ParquetFile(path).metadata.num_rows if path.suffix == ".parquet" else count_lines(path)
 
 
 # ------------------------------------------------------------------ measurement
@@ -412,62 +452,92 @@ def check(ours_jsonl: Path, ours_parquet: Path, base: Path, n_base: int, seed: i
            "all three agree" if not problems else f"{len(problems)} difference(s)", goal="agree", ok=not problems)
 
 
-def breakdown(store: Store, out: Path, options: ExportOptions) -> None:
-    """The steps of ``export()`` one by one, each with its wall time and peak RSS."""
-    from factory.export import _exporter, _formats, _source
-    from factory.export._files import write_rows
-    from factory.export._pairs import build_pairs
+def breakdown(store: Store, out: Path, options: ExportOptions, batch_branches: int) -> None:
+    """The steps of a streaming DPO export, each summed over the slices, with the peak RSS of the whole pass."""
+    import hashlib
+
+    from factory.export import _formats
+    from factory.export._source import load_source, task_slices
+    from factory.export._writers import RowWriter
     from factory.provenance import git_sha
 
-    can_reset = reset_peak()
-    print(f"\nbreakdown (the steps of export(), run one by one{'' if can_reset else '; peak RSS not resettable'})",
-          flush=True)
-    steps: list[tuple[str, float, float]] = []
+    reset_peak()
+    print(f"\nbreakdown (the steps of a streaming export, run one by one, summed over slices of {batch_branches:,} "
+          "branches)", flush=True)
+    totals: dict[str, float] = {}
 
     def step(name: str, fn: Callable[[], Any]) -> Any:
-        reset_peak()
         start = time.perf_counter()
         result = fn()
-        elapsed = time.perf_counter() - start
-        steps.append((name, elapsed, peak_rss_mb()))
-        print(f"  {name:<44} {elapsed:8.2f} s   peak RSS {peak_rss_mb():9,.0f} MiB", flush=True)
+        totals[name] = totals.get(name, 0.0) + time.perf_counter() - start
         return result
 
-    branches = step("load_source: branches query (DuckDB -> Polars)",
-                    lambda: store.query(_source._BRANCHES_SQL, {"runs": [RUN]}))
-    runs = {RUN: store.run(RUN)}
-    src = _source.ExportSource(branches, runs)
-    step("load_source: _rank (stored ranking stats)", lambda: _source._rank(store, src, 100))
-    held: dict[str, pl.DataFrame] = {}  # dropped once used, as DPOFormat.build drops its pairs before the write
-    held["pairs"] = step("build_pairs (Polars self-join, sort)", lambda: build_pairs(src.branches, options.pairs))
-    stats: dict[str, Any] = {}
-    held["pairs"] = step("_filter_pairs (length bias stats)",
-                         lambda: _formats._filter_pairs(held["pairs"], options, stats))
-    rows = step("select output columns (+ tools)", lambda: held.pop("pairs").select(
-        *_formats._pair_columns(options), pl.col("margin"), *_formats._pair_provenance()))
-    jsonl, parquet = out / "breakdown.jsonl", out / "breakdown.parquet"
-    step("write_rows .jsonl (write_ndjson)", lambda: write_rows(rows, jsonl))
-    step("write_rows .parquet (zstd)", lambda: write_rows(rows, parquet))
-    step("manifest: sha256 of the .jsonl", lambda: _exporter._sha256(jsonl))
-    step("manifest: sha256 of the .parquet", lambda: _exporter._sha256(parquet))
-    step("manifest: tasks count (unique)", lambda: src.branches.select("run_id", "task_id").unique().height)
-    step("manifest: judge_objective_agreement", lambda: _exporter.judge_objective_agreement(src.branches))
-    step("manifest: git_sha", lambda: git_sha(Path(_exporter.__file__).resolve().parent))
-    for name, seconds, peak in steps:
-        record("breakdown", name, f"{seconds:.2f} s", ratio=f"peak {peak:,.0f} MiB")
-    for path in (jsonl, parquet):
+    source = step("load_source: task list + ranking statistics", lambda: load_source(store, [RUN]))
+    parquet = RowWriter(out / "breakdown.parquet", "parquet")
+    digest = hashlib.sha256()
+    slices = task_slices(source.tasks, batch_branches)
+    with (out / "breakdown.jsonl").open("wb") as jsonl:
+        for run_id, first, last, _n in slices:
+            batch = step("store: slice query (DuckDB -> Arrow -> Polars)",
+                         lambda r=run_id, f=first, la=last: store.export_branch_slice(r, f, la,
+                                                                                     opinions=source.opinions))
+            pairs = step("build_pairs (Polars self-join, sort, Arrow take)",
+                         lambda b=batch: _formats.build_pairs(b, options.pairs))
+            step("length bias sums", lambda p=pairs: _formats.LengthBias().add(p))
+            rows = step("select output columns (+ tools)", lambda p=pairs: p.select(
+                *_formats._pair_columns(options), pl.col("margin"), *_formats._pair_provenance()))
+            data = step("JSONL: write_ndjson of the slice", lambda r=rows: r.write_ndjson().encode())
+            step("JSONL: sha256 + write", lambda d=data: (digest.update(d), jsonl.write(d)))
+            step("Parquet: to_arrow + zstd row groups (+ sha256)", lambda r=rows: parquet.write(r))
+            del batch, pairs, rows, data
+    parquet.close()
+    step("manifest: judge_objective_agreement", lambda: _exporter_agreement(source))
+    step("manifest: git_sha", lambda: git_sha(Path(__file__).resolve().parent))
+    peak = peak_rss_mb()
+    for name, seconds in totals.items():
+        print(f"  {name:<52} {seconds:8.2f} s", flush=True)
+        record("breakdown", name, f"{seconds:.2f} s")
+    print(f"  {len(slices)} slices; peak RSS of the whole pass {peak:,.0f} MiB", flush=True)
+    record("breakdown", f"peak RSS of the pass ({len(slices)} slices)", f"{peak:,.0f} MiB")
+    for path in (out / "breakdown.jsonl", out / "breakdown.parquet"):
         path.unlink(missing_ok=True)
+
+
+def _exporter_agreement(source: Any) -> Any:
+    from factory.export._exporter import judge_objective_agreement
+
+    return judge_objective_agreement(source.judge_objective())
+
+
+def child_export(db: Path, path: Path, repeat: int, batch_branches: int) -> None:
+    """``--child-export``: one export in this fresh process; print seconds, rows and the process's peak RSS."""
+    options = ExportOptions(pairs=PairOptions(strategy="all-pairs"))
+    with Store.open(db, read_only=True) as store:
+        before = peak_rss_mb()
+        seconds, result = timed(lambda: export(store, "dpo", [RUN], path, options, batch_branches=batch_branches),
+                                repeat)
+    print(json.dumps({"seconds": seconds, "rows": result.manifest.rows, "peak_mb": whole_run_peak_mb(),
+                      "before_mb": before}))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--child-export", nargs=2, metavar=("DB", "FILE"), help=argparse.SUPPRESS)
     parser.add_argument("--pairs", type=int, default=1_000_000, help="DPO pairs to export (6 per task)")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each measurement (best kept)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workdir", default=None, help="where the store and exported files go (default: a temp dir)")
     parser.add_argument("--skip-breakdown", action="store_true", help="skip the step-by-step breakdown")
+    parser.add_argument("--skip-baselines", action="store_true",
+                        help="ours only (peak RSS at a size where the baselines would not fit)")
+    parser.add_argument("--formats", default="jsonl,parquet", help="which of our files to write")
+    parser.add_argument("--batch-branches", type=int, default=BATCH_BRANCHES, help="branches per slice")
+    parser.add_argument("--baseline-memory", default="3GB", help="DuckDB's memory limit for the two baselines")
     parser.add_argument("--quick", action="store_true", help="smoke run: 10,000 pairs")
     args = parser.parse_args()
+    if args.child_export:
+        child_export(Path(args.child_export[0]), Path(args.child_export[1]), args.repeat, args.batch_branches)
+        return
     if args.quick:
         args.pairs = 10_000
     n_tasks = math.ceil(args.pairs / PAIRS_PER_TASK)
@@ -479,54 +549,89 @@ def main() -> None:
     print(f"cpus {os.cpu_count()}, load average at start {loadavg()}", flush=True)
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp_name:
         tmp = Path(tmp_name)
+        db = tmp / "bench.duckdb"
         print(f"\nload: {n_tasks:,} tasks x {BRANCHES} branches = {n_tasks * BRANCHES:,} branches "
               f"-> {n_pairs:,} all-pairs DPO pairs", flush=True)
-        store, load_s = build_store(tmp / "bench.duckdb", n_tasks, args.seed)
-        size = (tmp / "bench.duckdb").stat().st_size
+        store, load_s = build_store(db, n_tasks, args.seed)
+        mean_trajectory = store._con.execute("SELECT avg(strlen(trajectory)) FROM branches").fetchone()[0]
+        store.close()
+        size = db.stat().st_size
         print(f"  load {load_s:7.1f} s  ({n_tasks * BRANCHES / load_s:,.0f} branches/s, Arrow through Store._write; "
-              f"store {size / 2**20:,.0f} MiB)   peak RSS {peak_rss_mb():,.0f} MiB", flush=True)
+              f"store {size / 2**20:,.0f} MiB; mean trajectory {mean_trajectory:,.0f} bytes of JSON)   "
+              f"peak RSS {peak_rss_mb():,.0f} MiB", flush=True)
         record("load", f"store of {n_tasks * BRANCHES:,} branches (not measured)", f"{load_s:.1f} s",
-               ratio=f"{size / 2**20:,.0f} MiB on disk")
+               ratio=f"{size / 2**20:,.0f} MiB on disk, {mean_trajectory:,.0f} B/trajectory")
 
         options = ExportOptions(pairs=PairOptions(strategy="all-pairs"))
         out = tmp / "out"
         out.mkdir()
         ours: dict[str, tuple[float, int, Path]] = {}
-        print(f"\nexport: factory.export.export(store, 'dpo', ['{RUN}'], FILE, all-pairs)", flush=True)
-        for ext in ("jsonl", "parquet"):
+        print(f"\nexport: factory.export.export(store, 'dpo', ['{RUN}'], FILE, all-pairs), store opened read-only "
+              "as `factory export` opens it", flush=True)
+        for ext in args.formats.split(","):
             path = out / f"dpo.{ext}"
-            reset_peak()
-            seconds, result = timed(lambda p=path: export(store, "dpo", [RUN], p, options), args.repeat)
-            n = result.manifest["rows"]
+            # in a fresh process, as `factory export` runs: its peak RSS is the export's own
+            child = subprocess.run([sys.executable, __file__, "--child-export", str(db), str(path), "--repeat",
+                                    str(args.repeat), "--batch-branches", str(args.batch_branches)],
+                                   capture_output=True, text=True, check=True)
+            report = json.loads(child.stdout.strip().splitlines()[-1])
+            seconds, n, peak, before = report["seconds"], report["rows"], report["peak_mb"], report["before_mb"]
             ours[ext] = (seconds, n, path)
             print(f"  ours .{ext:<8} {seconds:7.1f} s  {rate(n, seconds):>16}  ({n:,} rows, "
-                  f"{path.stat().st_size / 2**20:,.0f} MiB)   peak RSS {peak_rss_mb():,.0f} MiB", flush=True)
+                  f"{path.stat().st_size / 2**20:,.0f} MiB)   peak RSS {peak:,.0f} MiB "
+                  f"(the process before the export: {before:,.0f} MiB)", flush=True)
+            record("export", f"ours .{ext} peak RSS ({n:,} rows)", f"{peak:,.0f} MiB", goal=f"<= {PEAK_GOAL_MB:,} MiB",
+                   ok=peak <= PEAK_GOAL_MB)
+            record("export", f"ours .{ext} wall time", f"{seconds:.1f} s", ratio=rate(n, seconds))
 
-        base_path = tmp / "baseline.jsonl"
-        tools_json = tool_schemas_json()
-        reset_peak()
-        base_s, n_base = timed(lambda: baseline_export(store, base_path, tools_json), args.repeat)
-        print(f"  baseline       {base_s:7.1f} s  {rate(n_base, base_s):>16}  ({n_base:,} rows, "
-              f"{base_path.stat().st_size / 2**20:,.0f} MiB)   peak RSS {peak_rss_mb():,.0f} MiB", flush=True)
-        for ext, (seconds, n, _) in ours.items():
-            ratio = (n / seconds) / (n_base / base_s)
-            print(f"  ours .{ext:<8} = {ratio:5.2f}x the baseline's rows/s", flush=True)
-            record("export", f"dpo all-pairs -> .{ext} ({n:,} rows)", rate(n, seconds), rate(n_base, base_s),
-                   f"{ratio:.2f}x", f">= {GOAL:g}x", ratio >= GOAL)
-        record("export", f"baseline python json.dumps -> .jsonl ({n_base:,} rows)", f"{base_s:.1f} s")
-        for ext, (seconds, _, _) in ours.items():
-            record("export", f"ours .{ext} wall time", f"{seconds:.1f} s")
-
-        check(ours["jsonl"][2], ours["parquet"][2], base_path, n_base, args.seed)
-        for path in (ours["jsonl"][2], ours["parquet"][2], base_path):
+        if not args.skip_baselines:
+            store = Store.open(db)  # writable: COPY TO a file is refused on a read-only (sealed) store
+            # the baselines sort and join every branch at once: DuckDB spills past this instead of taking the machine
+            store._con.execute(f"SET memory_limit = '{args.baseline_memory}'")
+            store._con.execute(f"SET temp_directory = '{tmp / 'spill'}'")
+            tools_json = tool_schemas_json()
+            base_path = tmp / "baseline.jsonl"
+            reset_peak()
+            base_s, n_base = timed(lambda: baseline_export(store, base_path, tools_json), args.repeat)
+            print(f"  baseline       {base_s:7.1f} s  {rate(n_base, base_s):>16}  ({n_base:,} rows, "
+                  f"{base_path.stat().st_size / 2**20:,.0f} MiB)   peak RSS {peak_rss_mb():,.0f} MiB", flush=True)
+            record("export", f"baseline python json.dumps -> .jsonl ({n_base:,} rows)", f"{base_s:.1f} s",
+                   ratio=f"peak {peak_rss_mb():,.0f} MiB")
+            copies: dict[str, tuple[float, int]] = {}
+            for ext in ours:
+                copy_path = tmp / f"copy.{ext}"
+                reset_peak()
+                copy_s, n_copy = timed(lambda c=copy_path: copy_export(store, c, tools_json), args.repeat)
+                copies[ext] = (copy_s, n_copy)
+                print(f"  duckdb COPY .{ext:<4} {copy_s:7.1f} s  {rate(n_copy, copy_s):>16}  ({n_copy:,} rows, "
+                      f"{copy_path.stat().st_size / 2**20:,.0f} MiB)   peak RSS {peak_rss_mb():,.0f} MiB", flush=True)
+                record("export", f"duckdb COPY -> .{ext} ({n_copy:,} rows)", f"{copy_s:.1f} s",
+                       ratio=f"peak {peak_rss_mb():,.0f} MiB")
+                copy_path.unlink()
+            for ext, (seconds, n, _) in ours.items():
+                ratio = (n / seconds) / (n_base / base_s)
+                copy_s, n_copy = copies[ext]
+                vs_copy = (n / seconds) / (n_copy / copy_s)
+                print(f"  ours .{ext:<8} = {ratio:5.2f}x the baseline's rows/s, {vs_copy:5.2f}x DuckDB COPY's",
+                      flush=True)
+                record("export", f"dpo all-pairs -> .{ext} vs plain Python ({n:,} rows)", rate(n, seconds),
+                       rate(n_base, base_s), f"{ratio:.2f}x", f">= {GOAL:g}x", ratio >= GOAL)
+                record("export", f"dpo all-pairs -> .{ext} vs DuckDB COPY .{ext}", rate(n, seconds),
+                       rate(n_copy, copy_s), f"{vs_copy:.2f}x", ">= 1x", vs_copy >= 1)
+            if "jsonl" in ours and "parquet" in ours:
+                check(ours["jsonl"][2], ours["parquet"][2], base_path, n_base, args.seed)
+            base_path.unlink()
+            store.close()
+        for _, _, path in ours.values():
             path.unlink()
         if not args.skip_breakdown:
-            breakdown(store, out, options)
-        store.close()
+            store = Store.open(db, read_only=True)
+            breakdown(store, out, options, args.batch_branches)
+            store.close()
 
     peak = whole_run_peak_mb()
-    print(f"\npeak RSS of the whole run {peak:,.0f} MiB; load average at end {loadavg()}")
-    record("process", "peak RSS (whole run; getrusage + VmHWM)", f"{peak:,.0f} MiB")
+    print(f"\npeak RSS of the whole run {peak:,.0f} MiB (the store's build included); load average at end {loadavg()}")
+    record("process", "peak RSS (whole run, store build included; getrusage + VmHWM)", f"{peak:,.0f} MiB")
     print(f"total {time.perf_counter() - started:.0f} s")
     print_table()
 

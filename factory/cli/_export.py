@@ -18,6 +18,7 @@ FORMAT_HELP = {
     "reward": "Pairs with a margin for TRL's RewardTrainer, plus a scalar-reward file (FILE.scalar.EXT).",
     "sft": "The winners' conversations as messages, for TRL's SFTTrainer (rejection-sampling fine-tuning).",
     "grpo": "Prompt-only rows carrying each task's verifier spec, for TRL's GRPOTrainer reward functions.",
+    "ppo": "Prompt, completion and scalar reward per verified branch: what a PPO/RLOO-style trainer consumes.",
     "hints": "Accepted turn hints: prompt before turn t, the same with the hint, turn t's message (factory train "
              "hint).",
     "spans": "Branches with accepted feedback: messages, a polarity per message, the spans (factory train rw-sft, "
@@ -28,7 +29,7 @@ PAIR_FORMATS = ("dpo", "reward")
 
 @click.group()
 def export() -> None:
-    """Write training data (DPO / KTO / reward / SFT / GRPO) from runs, with a manifest and dataset card.
+    """Write training data (DPO / KTO / reward / SFT / GRPO / PPO) from runs, with a manifest and dataset card.
 
     Example: factory export dpo --run RUN --out data/dpo.jsonl --strategy all-pairs --min-margin 0.5
     """

@@ -1,4 +1,4 @@
-"""Export: DPO / KTO / reward / SFT / GRPO rows, writers, manifests, dataset cards and validation.
+"""Export: DPO / KTO / reward / SFT / GRPO / PPO rows, writers, manifests, dataset cards and validation.
 
 Reading and validating a file (what ``factory export validate`` and every trainer do) imports neither polars
 nor the store; the names that build exports resolve on first use (PEP 562).
@@ -15,6 +15,7 @@ _LAZY = {
     "ExportManifest": "_manifest",
     **dict.fromkeys(("PairOptions", "build_pairs"), "_pairs"),
     **dict.fromkeys(("ExportSource", "load_source"), "_source"),
+    "ExportStream": "_stream",
 }
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "ExportOptions",
     "ExportRows",
     "ExportSource",
+    "ExportStream",
     "PairOptions",
     "build_pairs",
     "create_format",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ import polars as pl
 
 from factory.errors import ConfigError, RecordError
 from factory.export._files import MANIFEST_SUFFIX, file_kind, side_path
-from factory.export._formats import ExportFormat, ExportOptions, create_format
+from factory.export._formats import ExportFormat, ExportOptions, ExportRows, create_format
 from factory.export._manifest import ExportedRun, ExportManifest
 from factory.export._source import BATCH_BRANCHES, ExportSource, load_source
 from factory.export._stream import ExportStream
@@ -135,18 +136,32 @@ def _write_chunks(streamed: ExportStream, out: Path, outputs: OutputFiles
     kind = file_kind(out)
     main = RowWriter(outputs.stage(out), kind)
     sides: dict[str, tuple[Path, RowWriter]] = {}
+
+    def write(chunk: ExportRows) -> None:
+        main.write(chunk.rows)
+        for tag, frame in chunk.extra.items():
+            if tag not in sides:
+                path = side_path(out, tag)
+                sides[tag] = (path, RowWriter(outputs.stage(path), kind))
+            sides[tag][1].write(frame)
+
+    # One chunk is written (serialized, hashed: off the GIL) while the next is built: at most two are held.
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="export-write")
+    writing: Future[None] | None = None
     try:
         for chunk in streamed.chunks:
-            main.write(chunk.rows)
-            for tag, frame in chunk.extra.items():
-                if tag not in sides:
-                    path = side_path(out, tag)
-                    sides[tag] = (path, RowWriter(outputs.stage(path), kind))
-                sides[tag][1].write(frame)
+            if writing is not None:
+                writing.result()
+            writing = pool.submit(write, chunk)
+            del chunk
+        if writing is not None:
+            writing.result()
     except BaseException:
+        pool.shutdown(wait=True, cancel_futures=True)
         for writer in (main, *(w for _, w in sides.values())):
             writer.abort()
         raise
+    pool.shutdown(wait=True)
     return main, sides, {writer: writer.close() for writer in (main, *(w for _, w in sides.values()))}
 
 

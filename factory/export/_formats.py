@@ -38,7 +38,7 @@ from factory.errors import ConfigError, ExportError
 from factory.export._columns import FORMAT_COLUMNS
 from factory.export._pairs import PairOptions, build_pairs
 from factory.export._source import ExportSource
-from factory.export._stream import Deduper, ExportStream, LengthBias, numbered
+from factory.export._stream import Deduper, ExportStream, LengthBias, numbered, regrouped
 from factory.registry import Registry
 
 __all__ = ["EXPORT_FORMATS", "ExportFormat", "ExportOptions", "ExportRows", "ExportStream", "create_format",
@@ -437,25 +437,28 @@ class KTOFormat:
     def stream(self, source: ExportSource, options: ExportOptions) -> ExportStream:
         """:meth:`build`'s rows, interleaved the same way: one pass over the slices per turn.
 
-        Row ``k`` of every task (its ``k``-th verified branch) comes before row ``k + 1`` of any, so the
-        slices are read once per turn, up to the most branches a task has.
+        Row ``k`` of every task (its ``k``-th verified branch) comes before row ``k + 1`` of any: one pass
+        over the slices sets each slice's rows aside by ``k`` (:func:`~factory.export._stream.regrouped`),
+        then they go out ``k`` by ``k``.
         """
         stats: dict[str, Any] = {}
         manifest: dict[str, Any] = {}
 
+        def turns() -> Iterator[pl.DataFrame]:
+            for batch in source.batches():
+                verified = (batch.filter(pl.col("objective_pass").is_not_null())
+                            .sort(["run_id", "task_id", "branch_index"])
+                            .with_columns(pl.int_range(pl.len()).over(["run_id", "task_id"]).alias("_turn")))
+                yield verified.select(*self._content(options), _KTO_LABEL, *_branch_provenance(), "_turn")
+
         def chunks() -> Iterator[ExportRows]:
             dedupe, rows_out, desirable = Deduper(["prompt", "completion", "label"]), 0, 0
-            for turn in range(source.max_branches_per_task):
-                for batch in source.batches():
-                    verified = (batch.filter(pl.col("objective_pass").is_not_null())
-                                .sort(["run_id", "task_id", "branch_index"])
-                                .filter(pl.int_range(pl.len()).over(["run_id", "task_id"]) == turn))
-                    rows = verified.select(*self._content(options), _KTO_LABEL, *_branch_provenance())
-                    if options.dedupe:
-                        rows = dedupe(rows)
-                    rows_out += rows.height
-                    desirable += int(rows["label"].sum())
-                    yield ExportRows(rows)
+            for rows in regrouped(turns(), "_turn"):
+                if options.dedupe:
+                    rows = dedupe(rows)
+                rows_out += rows.height
+                desirable += int(rows["label"].sum())
+                yield ExportRows(rows)
             if not rows_out:
                 raise _nothing("verified branches", source)
             if options.dedupe:

@@ -21,6 +21,7 @@ argument names as nulls, and the chat template would render them.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import polars as pl
@@ -117,8 +118,27 @@ class ExportSource:
         yield from self._slices(self.batch_branches)
 
     def _slices(self, size: int | None) -> Iterator[pl.DataFrame]:
-        for run_id, first, last, _n in task_slices(self.tasks, size):
-            yield self._with_rankings(self.store.export_branch_slice(run_id, first, last, opinions=self.opinions))
+        """Each slice from the store, the next one read (in DuckDB, off the GIL) while this one is used.
+
+        At most two slices are held: the one yielded and the one being read.
+        """
+        bounds = task_slices(self.tasks, size)
+        if not bounds:
+            return
+
+        def read(run_id: str, first: str, last: str) -> pl.DataFrame:
+            return self._with_rankings(self.store.export_branch_slice(run_id, first, last, opinions=self.opinions))
+
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="export-slice")
+        try:
+            pending = pool.submit(read, *bounds[0][:3])
+            for following in [*bounds[1:], None]:
+                frame = pending.result()
+                pending = pool.submit(read, *following[:3]) if following is not None else None
+                yield frame
+                del frame
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
 
     def _with_rankings(self, frame: pl.DataFrame) -> pl.DataFrame:
         """Merge the rankings made here into a slice (runs ranked by ``factory rank`` keep their stored one)."""
@@ -185,7 +205,7 @@ def load_source(store: Store, run_ids: Sequence[str], *, bootstrap_rounds: int =
     from factory.ranking import excluded_branches
 
     # Infrastructure failures are not in the branches (not outcomes): counted here, for the manifest.
-    source = ExportSource(runs={run_id: runs[run_id] for run_id in run_ids},
+    source = ExportSource(runs=runs,
                           excluded={run_id: excluded_branches(store, run_id) for run_id in run_ids},
                           store=store, opinions=opinion_verifiers(), batch_branches=batch_branches)
     _rank(store, source, bootstrap_rounds)

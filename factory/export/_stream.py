@@ -17,13 +17,15 @@ pair's margin and two lengths (about 28 bytes a pair) to decide which survive.
 from __future__ import annotations
 
 import json
+import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-__all__ = ["Deduper", "ExportStream", "LengthBias"]
+__all__ = ["Deduper", "ExportStream", "LengthBias", "regrouped"]
 
 
 @dataclass
@@ -108,3 +110,39 @@ def numbered(batches: Iterable[pl.DataFrame], build: Callable[[pl.DataFrame], pl
         built = build(batch)
         yield built.with_columns((pl.int_range(pl.len(), dtype=pl.UInt64) + offset).alias(column))
         offset += built.height
+
+
+def regrouped(frames: Iterable[pl.DataFrame], key: str) -> Iterator[pl.DataFrame]:
+    """The rows of ``frames`` grouped by ``key`` (smallest first), each group in arrival order; ``key`` dropped.
+
+    One pass over ``frames``: each frame's rows go to a temporary Arrow IPC
+    file per key value (in the system's temporary folder, removed at the
+    end), read back batch by batch, so what is held at once is one frame.
+    Arrow IPC keeps every type exactly: the rows come back as they went in.
+    """
+    import pyarrow as pa
+
+    with tempfile.TemporaryDirectory(prefix="factory-export-") as folder:
+        paths: dict[Any, Path] = {}
+        writers: list[tuple[Any, Any]] = []
+        by_value: dict[Any, Any] = {}
+        schema = None
+        try:
+            for frame in frames:
+                for (value,), part in frame.partition_by(key, as_dict=True, maintain_order=True).items():
+                    table = part.drop(key).to_arrow()
+                    schema = schema or table.schema
+                    if value not in by_value:
+                        paths[value] = Path(folder) / f"{len(paths)}.arrows"
+                        sink = pa.OSFile(str(paths[value]), "wb")
+                        by_value[value] = pa.ipc.new_stream(sink, schema)
+                        writers.append((by_value[value], sink))
+                    by_value[value].write_table(table.cast(schema) if table.schema != schema else table)
+        finally:
+            for writer, sink in writers:
+                writer.close()
+                sink.close()
+        for value in sorted(paths):
+            with pa.OSFile(str(paths[value]), "rb") as source:
+                for batch in pa.ipc.open_stream(source):
+                    yield pl.from_arrow(batch)

@@ -80,7 +80,7 @@ class RowWriter:
             raise ValueError(f"{self.path}: a chunk with columns {frame.columns}, not {self.columns}")
         if self.kind == "jsonl":
             if frame.height:
-                self._file.write(frame.write_ndjson().encode("utf-8"))
+                frame.write_ndjson(self._file)  # straight into the hashing file: no copy of the text held
         else:
             self._write_parquet(frame)
         self.rows += frame.height

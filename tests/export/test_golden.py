@@ -18,7 +18,7 @@ from factory.store import Store
 
 GOLDEN = Path(__file__).parent / "golden"
 FILES = {"dpo": "dpo.jsonl", "kto": "kto.jsonl", "reward": "reward.jsonl", "reward.scalar": "reward.scalar.jsonl",
-         "sft": "sft.jsonl", "grpo": "grpo.jsonl"}
+         "sft": "sft.jsonl", "grpo": "grpo.jsonl", "ppo": "ppo.jsonl"}
 
 
 def normalized(path: Path) -> list[dict]:
@@ -45,7 +45,7 @@ def normalized(path: Path) -> list[dict]:
 def fresh(exported_run, tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("fresh")
     with Store.open(exported_run, read_only=True) as store:
-        for fmt in ("dpo", "kto", "reward", "sft", "grpo"):
+        for fmt in ("dpo", "kto", "reward", "sft", "grpo", "ppo"):
             export(store, fmt, ["r1"], folder / f"{fmt}.jsonl")
     if os.environ.get("FACTORY_REGEN_GOLDEN"):
         for name in FILES.values():
@@ -58,7 +58,7 @@ def test_a_fresh_export_matches_the_golden_sample(fresh, name):
     assert normalized(fresh / FILES[name]) == normalized(GOLDEN / FILES[name])
 
 
-@pytest.mark.parametrize("fmt", ["dpo", "kto", "reward", "sft", "grpo"])
+@pytest.mark.parametrize("fmt", ["dpo", "kto", "reward", "sft", "grpo", "ppo"])
 def test_golden_samples_validate_and_load_with_datasets(fmt):
     datasets = pytest.importorskip("datasets")
     path = GOLDEN / FILES[fmt]
