@@ -1,4 +1,4 @@
-"""``factory train dpo|kto|sft|reward|grpo``: TRL training on an export file, with the result saved beside the model."""
+"""``factory train dpo|kto|sft|reward|grpo|hint|rw-sft|span-kto``: training on an export file, result beside it."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ __all__ = ["train"]
 
 @click.group()
 def train() -> None:
-    """Train on exported data with TRL (DPO, KTO, SFT, reward model, GRPO); LoRA optional.
+    """Train on exported data (DPO, KTO, SFT, reward model, GRPO; hint, RW-SFT, Span-KTO on feedback); LoRA optional.
 
     Example: factory train dpo --data data/dpo.jsonl --model local --lora --max-steps 50 --output out/dpo
 
