@@ -220,3 +220,19 @@ def test_docker_answers_that_its_image_has_no_browser_yet(tmp_path):
     verdict = asyncio.run(_verify(_verifier(tmp_path, sandbox="docker"), _counter(), _page("honest")))
     assert verdict.status == "error" and verdict.details["code"] == "browser_unavailable"
     assert "--sandbox bwrap" in verdict.details["reason"]
+
+
+def test_a_plain_rubric_becomes_a_checklist_in_one_judge_call_within_the_budget(tmp_path):
+    from factory.verifiers._judge import JudgeBudget
+
+    replay = tmp_path / "checklist.jsonl"
+    replay.write_text(json.dumps({"prompt_contains": "Rubric:", "response": {"text": json.dumps(
+        {"critical": ["Increment adds one"], "detail": ["Reset shows 0"]})}}) + "\n")
+    task = Task.model_validate({"id": "t", "prompt": "A counter.", "kind": "frontend",
+                                "rubric": "Increment adds one; reset shows 0."})
+    verifier = BrowserVerifier(create_model(f"replay:{replay}", ModelOptions()), budget=JudgeBudget(1))
+    items, source, problem = asyncio.run(verifier._checklist(task))
+    assert source == "judge" and problem == ""
+    assert [(i.id, i.level, i.criterion) for i in items] == [("C1", "critical", "Increment adds one"),
+                                                             ("D1", "detail", "Reset shows 0")]
+    assert asyncio.run(verifier._checklist(task)) == (None, "judge", "budget_exhausted")
