@@ -51,9 +51,11 @@ ENSEMBLE_MANIFEST = "ensemble.json"
 _MANIFEST_VERSION = 1
 #: Training rows whose scores the manifest keeps, to check a reloaded ensemble against.
 _CHECK_ROWS = 4
-#: Largest difference between a reloaded member's score and its score at save time (float32 on another device
-#: or kernel differs in the last bits; a different base differs by far more).
+#: Largest difference between a reloaded member's score and its score at save time, in float32 (another device or
+#: kernel differs in the last bits; a different base differs by far more) and, relative to the score, in half
+#: precision (bf16 keeps 8 bits of mantissa).
 _CHECK_TOLERANCE = 1e-3
+_HALF_TOLERANCE = 0.05
 
 
 def bootstrap_indices(rows: int, seed: int) -> list[int]:
@@ -310,11 +312,15 @@ class RewardEnsemble:
         inputs = self.manifest.get("check_inputs") or []
         if not inputs:
             return
+        import torch
+
         found = self.member_scores([row["prompt"] for row in inputs], [row["completion"] for row in inputs])
+        full = next(self.model.parameters()).dtype == torch.float32
         for member, scores in zip(self.manifest["members"], found):
             saved = member.get("check_scores") or []
-            worst = max((abs(a - b) for a, b in zip(scores, saved)), default=0.0)
-            if len(saved) != len(scores) or worst > _CHECK_TOLERANCE:
+            worst = max((abs(a - b) / (1.0 if full else max(1.0, abs(b))) for a, b in zip(scores, saved)),
+                        default=0.0)
+            if len(saved) != len(scores) or worst > (_CHECK_TOLERANCE if full else _HALF_TOLERANCE):
                 raise ConfigError(f"{manifest_path}: {member['name']} scores its check texts {worst:.3g} away from "
                                   f"the scores saved after training: the base model "
                                   f"({self.manifest['base'].get('spec')}) is not the one it was trained on")
