@@ -125,8 +125,9 @@ def fork(folder: Path, name: str, tasks: list[Task], backend: str, *, address: s
                 if len(stamps) == 1:
                     cpu.append(cpu_now())
                     first_s = (result.finished_at - result.started_at).total_seconds()
-                    if backend == "ray":
-                        pids = [pid for _, pid in await engine.worker_processes()]
+                    up = engine.worker_processes() if backend == "ray" else []
+                    # Workers that started late ran branches before this look: measured only when all are up.
+                    pids = [pid for _, pid in up] if len(up) == workers else []
                 # The workers' own CPU from the first result to 90 % of them (they end with the run).
                 if pids and len(stamps) in (1, max(2, int(0.9 * len(tasks)))):
                     worker_cpu.append((len(stamps), process_cpu(pids)))

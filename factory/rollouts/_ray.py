@@ -240,6 +240,7 @@ class RayBackend(ExecutionBackend):
         super().__init__(options)
         self._host: Any = None
         self._workers: list[Any] = []
+        self._where: dict[int, tuple[str, int]] = {}  # worker -> (node, pid), once it is up
 
     # ------------------------------------------------------------ cluster
 
@@ -318,19 +319,31 @@ class RayBackend(ExecutionBackend):
             return
         self._connect()
         self._workers = workers = self._start_workers(runner)
-        live = set(range(len(workers)))
+        self._where = {}
+        # A worker gets branches once it is up (process started, its node's sweep done): on a busy
+        # cluster some start tens of seconds after others, and branches queued on them would wait.
+        starting = {worker.where.remote(): index for index, worker in enumerate(workers)}
+        live = set(range(len(workers)))  # not known dead
         load = [0] * len(workers)
         pending: deque[tuple[BranchJob, int]] = deque((job, 0) for job in jobs)  # (job, times resubmitted)
         inflight: dict[Any, tuple[BranchJob, int, int]] = {}  # ref -> (job, resubmitted, worker)
         limit = runner.config.concurrency
         try:
             while inflight or (pending and not stopped()):
-                while pending and not stopped() and len(inflight) < limit:
+                up = [index for index in live if index in self._where]
+                while up and pending and not stopped() and len(inflight) < limit:
                     job, again = pending.popleft()
-                    worker = min(live, key=load.__getitem__)  # the least busy: Ray queues the rest on it
+                    worker = min(up, key=load.__getitem__)  # the least busy: Ray queues the rest on it
                     inflight[workers[worker].run.remote(job)] = (job, again, worker)
                     load[worker] += 1
-                for ref, outcome in await asyncio.to_thread(_finished, list(inflight)):
+                for ref, outcome in await asyncio.to_thread(_finished, [*inflight, *starting]):
+                    if ref in starting:
+                        index = starting.pop(ref)
+                        if isinstance(outcome, BaseException):  # it could not start: Ray's restarts spent
+                            live.discard(index)
+                        else:
+                            self._where[index] = outcome
+                        continue
                     job, again, worker = inflight.pop(ref)
                     load[worker] -= 1
                     if isinstance(outcome, BaseException):
@@ -353,7 +366,7 @@ class RayBackend(ExecutionBackend):
             await self._stop_workers()
 
     async def _stop_workers(self) -> None:
-        workers, self._workers = self._workers, []
+        workers, self._workers, self._where = self._workers, [], {}
         closing = [worker.close.remote() for worker in workers]
         with contextlib.suppress(Exception):
             await asyncio.to_thread(ray.wait, closing, num_returns=len(closing), timeout=10.0)
@@ -361,9 +374,9 @@ class RayBackend(ExecutionBackend):
             with contextlib.suppress(Exception):
                 ray.kill(worker, no_restart=True)
 
-    async def worker_processes(self) -> list[tuple[str, int]]:
-        """(node, pid) of each worker of the run in progress (for tests and diagnostics)."""
-        return await asyncio.to_thread(ray.get, [worker.where.remote() for worker in self._workers])
+    def worker_processes(self) -> list[tuple[str, int]]:
+        """(node, pid) of each worker of the run in progress that is up (for tests and diagnostics)."""
+        return [self._where[index] for index in sorted(self._where)]
 
     async def aclose(self) -> None:
         await self._stop_workers()
@@ -379,6 +392,8 @@ class RayBackend(ExecutionBackend):
 
 def _finished(refs: list[Any]) -> list[tuple[Any, Any]]:
     """Refs that are done (waiting up to half a second for the first), each with its result or its error."""
+    if not refs:
+        return []
     ready, rest = ray.wait(refs, num_returns=1, timeout=0.5)
     if ready and rest:
         more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
