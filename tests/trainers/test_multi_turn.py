@@ -254,3 +254,26 @@ def test_an_infrastructure_failure_is_unscored_not_zero(monkeypatch):
             {"role": "tool", "name": "read_file", "content": "error: ..."}]
         assert episodes(prompts=[[]], completions=[completion], environments=[environment]) == [None]
     assert episodes.counts["infra_errors"] == 1 and episodes.counts["scored"] == 0
+
+
+def test_the_environments_tools_are_the_fork_agents():
+    """What TRL renders from the environment's methods: the agent's tool names, descriptions and arguments."""
+    import inspect
+
+    from transformers.utils import get_json_schema
+
+    from factory.rollouts import AGENT_TOOLS
+
+    with Episodes("bwrap") as episodes:
+        tools = {name: get_json_schema(method) for name, method in inspect.getmembers(
+            episodes.factories()["workspace"](), predicate=inspect.ismethod)
+            if not name.startswith("_") and name != "reset"}
+        answer_tools = [name for name, _ in inspect.getmembers(episodes.factories()["answer"](),
+                                                               predicate=inspect.ismethod)
+                        if not name.startswith("_") and name != "reset"]
+    assert sorted(tools) == sorted(tool.name for tool in AGENT_TOOLS) and answer_tools == []
+    for tool in AGENT_TOOLS:
+        rendered = tools[tool.name]["function"]
+        assert rendered["description"] == tool.description
+        assert set(rendered["parameters"]["properties"]) == set(tool.parameters["properties"])
+        assert sorted(rendered["parameters"].get("required", [])) == sorted(tool.parameters["required"])
