@@ -1,4 +1,4 @@
-"""``factory memory``: add a run's winners, search, stats, clear."""
+"""``factory memory``: add a run's winners, search, stats, reindex, clear."""
 
 from __future__ import annotations
 
@@ -96,6 +96,31 @@ def stats(db: Path | None, backend_spec: str | None, as_json: bool) -> None:
     else:
         click.echo(f"{data['memories']} memories ({', '.join(data['embedders']) or 'none'}); "
                    f"{data['discarded']} discarded {data['discards'] or ''}")
+
+
+@memory.command()
+@db_option
+@json_option
+def reindex(db: Path | None, as_json: bool) -> None:
+    """Rebuild the HNSW index of the store's memories (the memory-ann extra) and write it beside the store.
+
+    Searches build or catch up the index by themselves from 100,000 memories
+    on; this rebuilds it now, from any size (after changing faiss, or to pay
+    the build before a run rather than on its first search).
+    """
+    from factory.memory import DuckDBMemoryBackend
+    from factory.store import Store
+
+    with Store.open(resolve_db(db), create=False) as store:
+        data = DuckDBMemoryBackend(store).reindex()
+    if as_json:
+        click.echo(dump_json(data))
+        return
+    if not data["indexes"]:
+        click.echo("no memories: nothing to index")
+    for built in data["indexes"]:
+        click.echo(f"indexed {built['memories']} memories ({built['embedder']}, dim {built['dim']}) "
+                   f"-> {built['path']}{'' if built['saved'] else ' (not written: see the warning)'}")
 
 
 @memory.command()

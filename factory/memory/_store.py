@@ -15,9 +15,12 @@ download).
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -28,6 +31,8 @@ from factory.errors import ConfigError
 from factory.memory._embedders import Embedder
 from factory.provenance import content_hash
 from factory.store import Store, utc_now
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["DuckDBMemoryBackend", "Memory", "MemoryBackend", "MemoryCandidate", "RolloutMemoryStore",
            "UpsertReport", "candidates_from_run", "format_as_system_prompt", "new_rows"]
@@ -97,33 +102,64 @@ class MemoryBackend(Protocol):
 
 
 class DuckDBMemoryBackend:
-    """Memories in the store's ``memory`` table; exact cosine search over an in-process mirror of the vectors.
+    """Memories in the store's ``memory`` table; exact cosine search below a size threshold, HNSW above it.
 
     The DuckDB file is the durable store and the source of truth: every
     memory, vector included, is a row of ``memory``, and any DuckDB client can
     search it with ``array_cosine_similarity(embedding::FLOAT[384], ...)``.
-    Retrieval itself runs on a NumPy mirror of one (embedder, dim) space's
-    vectors: DuckDB 2.0 reads a ``FLOAT[384]`` column at about 2 GB/s on
-    one thread (70 ms for 100,000 memories whatever the compression or row
-    group size), six to eight times NumPy's matrix-vector product over the
-    same rows (``bench/bench_memory.py``). Both are exact and agree (a test
-    checks the mirror against ``array_cosine_similarity``).
+    Retrieval itself runs in process, on a mirror of one (embedder, dim)
+    space loaded on the first search:
 
-    The mirror is loaded on the first search, extended in place by this
-    backend's own writes, and reloaded when the table's row count or newest
-    ``created_at`` shows that another writer changed it.
+    - below ``index_threshold`` memories, an exact search over a NumPy matrix
+      of the unit vectors: DuckDB 2.0 reads a ``FLOAT[384]`` column at about
+      2 GB/s on one thread, six to eight times NumPy's matrix-vector product
+      over the same rows (``bench/bench_memory.py``); both are exact and agree
+      (a test checks the mirror against ``array_cosine_similarity``);
+    - from ``index_threshold`` on, a faiss HNSW graph (:class:`HnswIndex`,
+      the ``memory-ann`` extra) persisted in ``<db>.memory-<space>.hnsw``
+      beside the store. A process loads it instead of rebuilding it; rows
+      the store gained since it was written are inserted into it (and the
+      file rewritten once they pass ``save_fraction`` of it); if the store
+      lost or replaced rows behind it (its ids are not all stored any more,
+      or the file is torn or foreign), it is rebuilt. :meth:`reindex`
+      rebuilds it on demand.
+
+    The mirror is extended in place by this backend's own writes (the graph
+    too: an upsert is searchable at once, without a rebuild), and reloaded
+    when the table's row count or newest ``created_at`` shows that another
+    writer changed it.
+
+    Args:
+        store: The run store.
+        index_threshold: Memories of one space from which searches use the
+            HNSW index (exact below).
+        ef_search: HNSW candidate list per search (recall/latency knob).
+        save_fraction: Rewrite the index file once the rows inserted since it
+            was written exceed this fraction of it.
     """
 
     spec = "duckdb"
 
-    def __init__(self, store: Store):
+    def __init__(self, store: Store, *, index_threshold: int = 100_000, ef_search: int = 256,
+                 save_fraction: float = 0.05):
         self.store = store
-        # space -> (metadata rows, unit-length vectors in the same order)
-        self._mirror: dict[tuple[str, int], tuple[pl.DataFrame, np.ndarray]] = {}
+        self.index_threshold = int(index_threshold)
+        self.ef_search = int(ef_search)
+        self.save_fraction = float(save_fraction)
+        # space -> (metadata rows, unit-length vectors in the same order, or None once indexed; the index or None)
+        self._mirror: dict[tuple[str, int], _Space] = {}
         self._mirror_state: tuple[int, Any] | None = None
 
     def _table_state(self) -> tuple[int, Any]:
         return self.store.memory_state()
+
+    def index_path(self, embedder: str, dim: int) -> Path | None:
+        """Where a space's HNSW index lives (None for a store with no file)."""
+        path = getattr(self.store, "path", None)
+        if path is None or str(path) == ":memory:":
+            return None
+        tag = hashlib.sha256(f"{embedder}\n{int(dim)}".encode()).hexdigest()[:12]
+        return Path(path).with_name(f"{Path(path).name}.memory-{tag}.hnsw")
 
     def add(self, memories: Sequence[Memory], vectors: np.ndarray) -> int:
         if not memories:
@@ -134,59 +170,125 @@ class DuckDBMemoryBackend:
             return 0
         fresh, block = [memories[i] for i in keep], vectors[keep]
         in_sync = self._mirror_state is not None and self._mirror_state == self._table_state()
-        dim = block.shape[1]
-        offsets = pa.array(np.arange(0, (len(fresh) + 1) * dim, dim, dtype=np.int32))
-        meta = pa.table({
-            "memory_id": [m.memory_id for m in fresh], "run_id": [m.run_id for m in fresh],
-            "task_id": [m.task_id for m in fresh],
-            "branch_index": pa.array([m.branch_index for m in fresh], pa.int32()),
-            "task_text": [m.task_text for m in fresh],
-            "key_steps": pa.array([list(m.key_steps) for m in fresh], pa.list_(pa.string())),
-            "final_answer": pa.array([m.final_answer for m in fresh], pa.string()),
-            "embedder": [m.embedder for m in fresh], "dim": pa.array([m.dim for m in fresh], pa.int32()),
-        })
-        rows = meta.append_column("embedding", pa.ListArray.from_arrays(offsets, pa.array(block.reshape(-1))))
-        rows = rows.append_column("created_at", pa.array([utc_now()] * len(fresh), pa.timestamp("us")))
-        self.store.write_memories(rows)
+        meta = _meta_table(fresh)
+        self.store.write_memories(_with_vectors(meta, block), new_only=True)
         if in_sync:  # nobody else wrote since the mirror was loaded: extend it rather than reload it
+            self._mirror_state = self._table_state()
             frame = pl.from_arrow(meta)
             for (embedder, space_dim), part in frame.with_row_index("_row").group_by(["embedder", "dim"]):
-                if (embedder, space_dim) in self._mirror:
-                    old_meta, old_matrix = self._mirror[(embedder, space_dim)]
-                    self._mirror[(embedder, space_dim)] = (
-                        pl.concat([old_meta, part.drop("_row")]),
-                        np.concatenate([old_matrix, _unit_rows(block[part["_row"].to_numpy()])]))
-            self._mirror_state = self._table_state()
+                space = self._mirror.get((embedder, space_dim))
+                if space is not None:
+                    rows = _unit_rows(block[part["_row"].to_numpy()])
+                    space.extend(part.drop("_row"), rows)
+                    if space.index is None and space.meta.height >= self.index_threshold:
+                        self._build(space, embedder, int(space_dim))
+            for (embedder, space_dim), space in self._mirror.items():
+                if space.index is not None and space.unsaved > self.save_fraction * len(space.index):
+                    self._save(space, embedder, space_dim)
         return len(fresh)
 
     def existing_ids(self, memory_ids: Sequence[str]) -> set[str]:
         return self.store.stored_memory_ids(memory_ids)
 
-    def _space(self, embedder: str, dim: int) -> tuple[pl.DataFrame, np.ndarray]:
+    def _space(self, embedder: str, dim: int) -> _Space:
         state = self._table_state()
         if state != self._mirror_state:
             self._mirror, self._mirror_state = {}, state
         if (embedder, dim) not in self._mirror:
-            frame = self.store.memory_space(embedder, dim)
-            flat = frame["embedding"].explode().to_numpy()
-            matrix = np.ascontiguousarray(flat, dtype=np.float32).reshape(-1, dim)
-            self._mirror[(embedder, dim)] = (frame.drop("embedding"), _unit_rows(matrix))
+            space = self._load_space(embedder, dim)
+            if space.meta.height >= self.index_threshold:
+                self._attach(space, embedder, dim)
+            self._mirror[(embedder, dim)] = space
         return self._mirror[(embedder, dim)]
 
+    def _load_space(self, embedder: str, dim: int) -> _Space:
+        frame = self.store.memory_space(embedder, dim)
+        meta = frame.drop("embedding")
+        # Arrow's flat child buffer (no per-row lists, no exploded copy), scaled into one new matrix; the
+        # frame's vectors are dropped before returning, so one copy of them is held, not three.
+        flat = frame["embedding"].to_arrow().flatten().to_numpy(zero_copy_only=False)
+        del frame
+        return _Space(meta, _unit_rows(np.asarray(flat, dtype=np.float32).reshape(-1, dim)))
+
+    def _attach(self, space: _Space, embedder: str, dim: int) -> None:
+        """Load the persisted index and catch it up with the store, or rebuild it when stale."""
+        from factory.memory._ann import HnswIndex
+
+        path = self.index_path(embedder, dim)
+        index = HnswIndex.load(path, embedder, dim, ef_search=self.ef_search) if path else None
+        if index is not None:
+            positions = pl.DataFrame({"memory_id": index.ids}).join(
+                space.meta.select("memory_id").with_row_index("_row"), on="memory_id", how="left",
+                maintain_order="left")["_row"]
+            if positions.null_count() == 0:  # every indexed id is still stored: insert the newer rows
+                indexed = positions.to_numpy().astype(np.int64)
+                rest = np.setdiff1d(np.arange(space.meta.height), indexed)
+                order = np.concatenate([indexed, rest])
+                space.meta = space.meta[order]
+                index.add(space.matrix[rest], space.meta["memory_id"][len(indexed):].to_list())
+                space.matrix, space.index, space.unsaved = None, index, len(rest)
+                if len(rest) > self.save_fraction * len(index):
+                    self._save(space, embedder, dim)
+                return
+        self._build(space, embedder, dim)
+
+    def _build(self, space: _Space, embedder: str, dim: int) -> None:
+        from factory.memory._ann import HnswIndex
+
+        index = HnswIndex(embedder, dim, ef_search=self.ef_search)
+        index.add(space.matrix, space.meta["memory_id"].to_list())
+        space.matrix, space.index, space.unsaved = None, index, len(index)
+        self._save(space, embedder, dim)
+
+    def _save(self, space: _Space, embedder: str, dim: int) -> None:
+        path = self.index_path(embedder, dim)
+        if path is None or space.index is None:
+            return
+        space.index.state = [self._mirror_state[0], str(self._mirror_state[1])] if self._mirror_state else []
+        try:
+            space.index.save(path)
+        except OSError as exc:  # the index is a cache: searches go on from memory, the next process rebuilds
+            logger.warning("could not write the memory index %s: %s", path, exc)
+            return
+        space.unsaved = 0
+
+    def reindex(self) -> dict[str, Any]:
+        """Rebuild every space's HNSW index from the store (from any size) and write it; return what was built."""
+        self._mirror, self._mirror_state = {}, self._table_state()
+        built = []
+        for embedder, dim in sorted(self.spaces()):
+            space = self._load_space(embedder, dim)
+            self._build(space, embedder, dim)
+            self._mirror[(embedder, dim)] = space
+            built.append({"embedder": embedder, "dim": dim, "memories": space.meta.height,
+                          "path": str(self.index_path(embedder, dim)), "saved": space.unsaved == 0})
+        return {"indexes": built, "index_threshold": self.index_threshold}
+
     def search(self, vector: np.ndarray, k: int, embedder: str, dim: int) -> list[Memory]:
-        meta, matrix = self._space(embedder, int(dim))
+        space = self._space(embedder, int(dim))
+        meta = space.meta
         if k <= 0 or not meta.height:
             return []
-        # Rows are unit-length in the mirror (an embedder registered by a user may not normalize).
-        sims = matrix @ _unit_rows(np.asarray(vector, dtype=np.float32)[None, :])[0]
-        top = np.argpartition(-sims, k - 1)[:k] if k < len(sims) else np.arange(len(sims))
+        # Rows are unit-length (an embedder registered by a user may not normalize).
+        query = _unit_rows(np.asarray(vector, dtype=np.float32)[None, :])[0]
         ids = meta["memory_id"]
-        order = sorted(top.tolist(), key=lambda i: (-round(float(sims[i]), 6), ids[i]))  # ties by id, as SQL would
+        if space.index is not None:
+            positions, found = space.index.search(query, k)
+            top, sims = positions.tolist(), dict(zip(positions.tolist(), found.tolist()))
+        else:
+            scores = space.matrix @ query
+            top = (np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))).tolist()
+            sims = {i: float(scores[i]) for i in top}
+        order = sorted(top, key=lambda i: (-round(sims[i], 6), ids[i]))  # ties by id, as SQL would
         memories = []
         for i in order:
             row = meta.row(i, named=True)
-            memories.append(Memory(**{**row, "key_steps": list(row["key_steps"] or []), "similarity": float(sims[i])}))
+            memories.append(Memory(**{**row, "key_steps": list(row["key_steps"] or []), "similarity": sims[i]}))
         return memories
+
+    def indexed(self, embedder: str, dim: int) -> bool:
+        """Whether this space's searches go through the HNSW index (loading the mirror if needed)."""
+        return self._space(embedder, int(dim)).index is not None
 
     def spaces(self) -> set[tuple[str, int]]:
         return self.store.memory_spaces()
@@ -198,6 +300,44 @@ class DuckDBMemoryBackend:
         count = self.store.clear_memory()
         self._mirror, self._mirror_state = {}, None
         return count
+
+
+@dataclass
+class _Space:
+    """One (embedder, dim) space in memory: metadata rows, and either their unit vectors or the index over them."""
+
+    meta: pl.DataFrame
+    matrix: np.ndarray | None
+    index: Any = None  # HnswIndex once the space reaches the threshold (its positions = meta's rows)
+    unsaved: int = 0  # rows in the index not yet in its file
+
+    def extend(self, meta: pl.DataFrame, rows: np.ndarray) -> None:
+        self.meta = pl.concat([self.meta, meta])
+        if self.index is not None:
+            self.index.add(rows, meta["memory_id"].to_list())
+            self.unsaved += len(rows)
+        else:
+            self.matrix = np.concatenate([self.matrix, rows])
+
+
+def _meta_table(memories: Sequence[Memory]) -> pa.Table:
+    """The memory rows' columns but the vectors and ``created_at``, one pass over the memories."""
+    columns = list(zip(*((m.memory_id, m.run_id, m.task_id, m.branch_index, m.task_text, list(m.key_steps),
+                          m.final_answer, m.embedder, m.dim) for m in memories)))
+    names = ["memory_id", "run_id", "task_id", "branch_index", "task_text", "key_steps", "final_answer",
+             "embedder", "dim"]
+    types = [pa.string(), pa.string(), pa.string(), pa.int32(), pa.string(), pa.list_(pa.string()), pa.string(),
+             pa.string(), pa.int32()]
+    return pa.table({name: pa.array(values, kind) for name, values, kind in zip(names, columns, types)})
+
+
+def _with_vectors(meta: pa.Table, vectors: np.ndarray) -> pa.Table:
+    """``meta`` plus ``embedding`` (a list view over one flat float32 buffer) and ``created_at``."""
+    n, dim = vectors.shape
+    offsets = pa.array(np.arange(0, (n + 1) * dim, dim, dtype=np.int64))
+    rows = meta.append_column("embedding", pa.LargeListArray.from_arrays(offsets, pa.array(vectors.reshape(-1))))
+    now = pa.scalar(utc_now(), pa.timestamp("us"))
+    return rows.append_column("created_at", pa.repeat(now, n))
 
 
 def _unit_rows(matrix: np.ndarray) -> np.ndarray:

@@ -231,7 +231,8 @@ MEMORY_STATE = "SELECT count(*), max(created_at) FROM memory"
 MEMORY_COUNT = "SELECT count(*) FROM memory"
 
 #: ?: a list of memory ids; those already stored.
-STORED_MEMORY_IDS = "SELECT memory_id FROM memory WHERE list_contains(?, memory_id)"
+#: A semi-join on the unnested list: one hash probe per stored id, where ``list_contains`` scanned the list per row.
+STORED_MEMORY_IDS = "SELECT memory_id FROM memory WHERE memory_id IN (SELECT unnest(?::VARCHAR[]))"
 
 MEMORY_SPACES = "SELECT DISTINCT embedder, dim FROM memory"
 

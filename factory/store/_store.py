@@ -506,10 +506,21 @@ class Store:
             return self._write("artifacts", rows)
 
     @_locked
-    def write_memories(self, rows: Rows) -> int:
-        """Insert or replace memory rows, keyed by ``memory_id`` (``embedding`` a float list per row)."""
+    def write_memories(self, rows: Rows, *, new_only: bool = False, batch_rows: int = 100_000) -> int:
+        """Insert or replace memory rows, keyed by ``memory_id`` (``embedding`` a float list per row).
+
+        ``new_only``: the caller has checked that no id is stored, so the rows
+        are appended with a plain ``INSERT`` (``OR REPLACE`` holds several
+        times the rows' size in memory while it checks each key), in
+        statements of ``batch_rows`` rows within one transaction, so DuckDB's
+        working memory stays bounded whatever the number of rows.
+        """
         with self._transaction():
-            return self._write("memory", rows)
+            if not new_only:
+                return self._write("memory", rows)
+            arrow = self._arrow("memory", rows)
+            return sum(self._write("memory", arrow.slice(start, batch_rows), replace=False)
+                       for start in range(0, arrow.num_rows, batch_rows))
 
     @_locked
     def clear_memory(self) -> int:

@@ -1,0 +1,127 @@
+"""The DuckDB memory backend's HNSW index (faiss, the ``memory-ann`` extra): recall, persistence, staleness, upserts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("faiss", reason="faiss is optional: pip install 'factory-rlaif[memory-ann]'")
+
+from click.testing import CliRunner  # noqa: E402
+
+from factory.memory import DuckDBMemoryBackend, Memory  # noqa: E402
+from factory.memory._ann import HnswIndex  # noqa: E402
+from factory.store import Store  # noqa: E402
+
+DIM = 32
+SPACE = ("random", DIM)
+
+
+def unit(rng: np.random.Generator, n: int) -> np.ndarray:
+    rows = rng.standard_normal((n, DIM)).astype(np.float32)
+    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+def memories(start: int, n: int) -> list[Memory]:
+    return [Memory(f"m{i:06d}", "r", f"t{i}", 0, f"text {i}", [], None, *SPACE) for i in range(start, start + n)]
+
+
+def exact_top(vectors: np.ndarray, query: np.ndarray, k: int) -> list[str]:
+    sims = vectors @ query
+    return [f"m{i:06d}" for i in np.argsort(-sims, kind="stable")[:k]]
+
+
+def ids(found: list[Memory]) -> list[str]:
+    return [m.memory_id for m in found]
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(7)
+    return unit(rng, 5_000), unit(rng, 40)
+
+
+def test_hnsw_recall_against_exact_search_and_reload_answers_identically(tmp_path, data):
+    vectors, queries = data
+    with Store.open(tmp_path / "m.duckdb") as store:
+        backend = DuckDBMemoryBackend(store, index_threshold=1_000)
+        backend.add(memories(0, len(vectors)), vectors)
+        assert backend.indexed(*SPACE)
+        first = [ids(backend.search(q, 10, *SPACE)) for q in queries]
+        hits = [len(set(found) & set(exact_top(vectors, q, 10))) / 10 for found, q in zip(first, queries)]
+        assert np.mean(hits) >= 0.95
+        # similarities are exact inner products even when found approximately
+        top = backend.search(queries[0], 3, *SPACE)
+        assert [m.similarity for m in top] == pytest.approx(
+            [float(vectors[int(m.memory_id[1:])] @ queries[0]) for m in top], abs=1e-5)
+        path = backend.index_path(*SPACE)
+        assert path.exists() and path.parent == store.path.parent
+        written = path.stat().st_mtime_ns
+        # a new process (a new backend) loads the file instead of rebuilding, and answers the same
+        again = DuckDBMemoryBackend(store, index_threshold=1_000)
+        assert [ids(again.search(q, 10, *SPACE)) for q in queries] == first
+        assert path.stat().st_mtime_ns == written
+        assert not list(tmp_path.glob(".*.tmp"))  # the atomic write left nothing staged
+
+
+def test_below_the_threshold_results_equal_exact_search(tmp_path, data):
+    vectors, queries = data
+    with Store.open(tmp_path / "m.duckdb") as store:
+        backend = DuckDBMemoryBackend(store, index_threshold=len(vectors) + 1)
+        backend.add(memories(0, len(vectors)), vectors)
+        assert not backend.indexed(*SPACE)
+        for q in queries[:10]:
+            found = backend.search(q, 10, *SPACE)
+            assert ids(found) == exact_top(vectors, q, 10)
+        assert not backend.index_path(*SPACE).exists()
+
+
+def test_upserts_are_searchable_without_a_rebuild_and_a_stale_index_is_rebuilt(tmp_path, data):
+    vectors, _ = data
+    rng = np.random.default_rng(3)
+    with Store.open(tmp_path / "m.duckdb") as store:
+        backend = DuckDBMemoryBackend(store, index_threshold=1_000)
+        backend.add(memories(0, 2_000), vectors[:2_000])
+        backend.search(vectors[0], 1, *SPACE)  # loads the mirror, builds and writes the index
+        index = backend._mirror[SPACE].index
+        # an upsert goes into the same graph: found at once, nothing rebuilt
+        extra = unit(rng, 1)
+        backend.add(memories(9_000, 1), extra)
+        assert backend._mirror[SPACE].index is index and len(index) == 2_001
+        assert ids(backend.search(extra[0], 1, *SPACE)) == ["m009000"]
+
+        # rows another writer added are inserted into the loaded file's graph, not rebuilt from scratch
+        DuckDBMemoryBackend(store).add(memories(2_000, 500), vectors[2_000:2_500])
+        assert ids(backend.search(vectors[2_400], 1, *SPACE)) == ["m002400"]
+
+        # the store changed behind the file: cleared and refilled with other memories under other ids
+        path = backend.index_path(*SPACE)
+        saved = HnswIndex.load(path, *SPACE)
+        assert saved is not None
+        store.clear_memory()
+        fresh = [Memory(f"n{i:06d}", "r", f"t{i}", 0, f"text {i}", [], None, *SPACE) for i in range(1_500)]
+        DuckDBMemoryBackend(store).add(fresh, vectors[3_000:4_500])
+        reopened = DuckDBMemoryBackend(store, index_threshold=1_000)
+        assert ids(reopened.search(vectors[3_100], 1, *SPACE)) == ["n000100"]
+        rebuilt = HnswIndex.load(path, *SPACE)
+        assert rebuilt is not None and rebuilt.ids[0] == "n000000" and len(rebuilt) == 1_500
+
+        # a torn file is treated as absent and rebuilt
+        path.write_bytes(path.read_bytes()[:1_000])
+        assert HnswIndex.load(path, *SPACE) is None
+        assert ids(DuckDBMemoryBackend(store, index_threshold=1_000).search(vectors[3_100], 1, *SPACE)) == ["n000100"]
+        assert HnswIndex.load(path, *SPACE) is not None
+
+
+def test_memory_reindex_command_rebuilds_the_index_file(tmp_path, data):
+    from factory.cli._main import main as cli
+
+    vectors, _ = data
+    db = tmp_path / "m.duckdb"
+    with Store.open(db) as store:
+        DuckDBMemoryBackend(store).add(memories(0, 300), vectors[:300])
+        path = DuckDBMemoryBackend(store).index_path(*SPACE)
+    result = CliRunner().invoke(cli, ["memory", "reindex", "--db", str(db)])
+    assert result.exit_code == 0, result.output
+    assert "300 memories" in result.output and path.exists()
+    assert HnswIndex.load(path, *SPACE).ids == [f"m{i:06d}" for i in range(300)]
