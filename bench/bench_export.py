@@ -516,7 +516,8 @@ def child_export(db: Path, path: Path, repeat: int, batch_branches: int) -> None
         before = peak_rss_mb()
         seconds, result = timed(lambda: export(store, "dpo", [RUN], path, options, batch_branches=batch_branches),
                                 repeat)
-    print(json.dumps({"seconds": seconds, "rows": result.manifest.rows, "peak_mb": whole_run_peak_mb(),
+    # VmHWM, not getrusage: Linux carries ru_maxrss across execve, so a child would report its parent's peak
+    print(json.dumps({"seconds": seconds, "rows": result.manifest.rows, "peak_mb": peak_rss_mb(),
                       "before_mb": before}))
 
 
