@@ -36,6 +36,7 @@ traceback only for exceptions outside this tree, which are bugs.
     ├── ExportError                   exit 1   an export cannot be made (no such run, nothing to export)
     │   └── ExportValidationError     exit 2   an exported file breaks its format (every problem, file:line)
     ├── FeedbackError                 exit 2   feedback naming no branch, turn or stored row; a bad feedback file
+    ├── OutputSpaceError              exit 1   the disk (or quota) filled while writing an output: staged files removed
     └── TrainingStoppedError          exit 4   a monitor (the reward-hacking detector) ended training early
 """
 
@@ -53,6 +54,7 @@ __all__ = [
     "FeedbackError",
     "MalformedResponseError",
     "MigrationError",
+    "OutputSpaceError",
     "ModelConfigError",
     "ModelError",
     "ProviderConnectionError",
@@ -335,6 +337,21 @@ class FeedbackError(FactoryError):
     def __init__(self, message: str, problems: list[str] | None = None):
         self.problems = list(problems or [])
         super().__init__(message + "".join("\n" + p for p in self.problems))
+
+
+class OutputSpaceError(FactoryError):
+    """The disk (or a quota) filled while writing an output: its staged files were removed, nothing was replaced.
+
+    The message names the operation and the path; the store and every earlier
+    output are as they were, and the same command can run again once space is freed.
+    """
+
+    def __init__(self, operation: str, path: str, detail: str = "no space left on device"):
+        self.operation = operation
+        self.path = path
+        self.detail = detail
+        super().__init__(f"{operation}: {detail} writing {path} (nothing was replaced; "
+                         "free some space and run it again)")
 
 
 class TrainingStoppedError(FactoryError):

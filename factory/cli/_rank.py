@@ -62,7 +62,7 @@ def rank(run_id: str, db: Path | None, judge_pairs: int, judge_spec: str | None,
     if judge_pairs and not judge_spec:
         raise ConfigError("--judge-pairs needs --judge MODEL")
     path = resolve_db(db)
-    outputs = OutputFiles({"the store (--db)": path})
+    outputs = OutputFiles({"the store (--db)": path}, "rank --plot")
     if plot is not None:  # before anything is stored: a plot that cannot be drawn fails the command unchanged
         outputs.check(plot)
         check_plot_file(plot)
@@ -208,7 +208,7 @@ def power(db: Path | None, runs: tuple[str, str] | None, run_id: str | None, fie
 
     chosen = None
     path = resolve_db(db)
-    outputs = OutputFiles({"the store (--db)": path})
+    outputs = OutputFiles({"the store (--db)": path}, "power --plot")
     if plot is not None:
         outputs.check(plot)
         check_plot_file(plot)

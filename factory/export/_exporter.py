@@ -103,7 +103,7 @@ def export(store: Store, format_name: str, run_ids: Sequence[str], out: str | Pa
     out = Path(out)
     fmt = create_format(format_name)
     # Nothing lands before everything is written, and nothing lands on the store.
-    outputs = OutputFiles({"the store (--db)": store.path})
+    outputs = OutputFiles({"the store (--db)": store.path}, f"export {format_name}")
     manifest_path = out.with_name(out.name + MANIFEST_SUFFIX)
     file_kind(out)
     for target in (out, manifest_path):

@@ -43,7 +43,8 @@ import duckdb
 import polars as pl
 import pyarrow as pa
 
-from factory.errors import QueryError, StoreError, StoreLockedError, StoreNotFoundError
+from factory.errors import OutputSpaceError, QueryError, StoreError, StoreLockedError, StoreNotFoundError
+from factory.outputs import disk_full
 from factory.provenance import content_hash
 from factory.settings import default_db_path
 from factory.store import _queries as queries
@@ -263,6 +264,7 @@ class Store:
             raise StoreError(f"cannot write to {db}: its folder {db.parent} is not writable, and DuckDB keeps a "
                              "write-ahead log beside the store (copy the store to a writable folder)")
         writer = None if read_only else WriterLock.acquire(db)
+        new = not read_only and not db.exists()
         try:
             con = _connect(db, read_only, wait_s, writer)
             try:
@@ -271,9 +273,15 @@ class Store:
             except BaseException:
                 con.close()
                 raise
-        except BaseException:
+        except BaseException as exc:
+            if new:  # a store that could not be made whole (a full disk, say) is not left half-made
+                for leftover in (db, db.with_name(db.name + ".wal")):
+                    leftover.unlink(missing_ok=True)
             if writer is not None:
                 writer.release()
+            why = disk_full(exc)
+            if why is not None:
+                raise OutputSpaceError("create the store" if new else "migrate the store", str(db), why) from exc
             raise
         return cls(con, db, read_only, writer)
 
@@ -873,6 +881,9 @@ class _Transaction:
             except duckdb.Error as exc:  # a full disk, a write-ahead log that cannot be written
                 with contextlib.suppress(duckdb.Error):
                     con.execute("ROLLBACK")
+                why = disk_full(exc)
+                if why is not None:  # rolled back: the store is as it was before the block
+                    raise OutputSpaceError("commit to the store", str(self._store.path), why) from exc
                 raise StoreError(f"writing to {self._store.path} failed: {_first_line(exc)}") from exc
             return
         con.execute("ROLLBACK")
