@@ -39,6 +39,8 @@ from factory.errors import ConfigError
 __all__ = ["HnswIndex", "ids_digest"]
 
 _MAGIC = b"FACTORY-HNSW-1\n\0"
+#: Inserts of fewer rows run on one thread.
+_PARALLEL_ROWS = 50_000
 _INSTALL = "pip install 'factory-rlaif[memory-ann]'"
 
 
@@ -88,9 +90,19 @@ class HnswIndex:
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         if vectors.shape != (len(ids), self.dim):
             raise ValueError(f"expected {len(ids)} x {self.dim} vectors, got {vectors.shape}")
-        if len(ids):
+        if not len(ids):
+            return
+        faiss = _faiss()
+        threads = faiss.omp_get_max_threads()
+        # OpenMP's spinning workers cost more than they bring on a small insert (an upsert batch), and several
+        # times more on a busy machine; a build of many rows uses every thread.
+        if len(ids) < _PARALLEL_ROWS:
+            faiss.omp_set_num_threads(1)
+        try:
             self._index.add(vectors)
-            self.ids.extend(ids)
+        finally:
+            faiss.omp_set_num_threads(threads)
+        self.ids.extend(ids)
 
     def search(self, vector: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Positions and inner products of (about) the ``k`` nearest rows, best first (``-1`` pads a short result)."""

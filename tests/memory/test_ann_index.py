@@ -38,7 +38,7 @@ def ids(found: list[Memory]) -> list[str]:
 @pytest.fixture(scope="module")
 def data():
     rng = np.random.default_rng(7)
-    return unit(rng, 5_000), unit(rng, 40)
+    return unit(rng, 5_000), unit(rng, 20)
 
 
 def test_hnsw_recall_against_exact_search_and_reload_answers_identically(tmp_path, data):
@@ -80,36 +80,36 @@ def test_upserts_are_searchable_without_a_rebuild_and_a_stale_index_is_rebuilt(t
     vectors, _ = data
     rng = np.random.default_rng(3)
     with Store.open(tmp_path / "m.duckdb") as store:
-        backend = DuckDBMemoryBackend(store, index_threshold=1_000)
-        backend.add(memories(0, 2_000), vectors[:2_000])
+        backend = DuckDBMemoryBackend(store, index_threshold=500)
+        backend.add(memories(0, 1_000), vectors[:1_000])
         backend.search(vectors[0], 1, *SPACE)  # loads the mirror, builds and writes the index
         index = backend._mirror[SPACE].index
         # an upsert goes into the same graph: found at once, nothing rebuilt
         extra = unit(rng, 1)
         backend.add(memories(9_000, 1), extra)
-        assert backend._mirror[SPACE].index is index and len(index) == 2_001
+        assert backend._mirror[SPACE].index is index and len(index) == 1_001
         assert ids(backend.search(extra[0], 1, *SPACE)) == ["m009000"]
 
         # rows another writer added are inserted into the loaded file's graph, not rebuilt from scratch
-        DuckDBMemoryBackend(store).add(memories(2_000, 500), vectors[2_000:2_500])
-        assert ids(backend.search(vectors[2_400], 1, *SPACE)) == ["m002400"]
+        DuckDBMemoryBackend(store).add(memories(1_000, 200), vectors[1_000:1_200])
+        assert ids(backend.search(vectors[1_150], 1, *SPACE)) == ["m001150"]
 
         # the store changed behind the file: cleared and refilled with other memories under other ids
         path = backend.index_path(*SPACE)
         saved = HnswIndex.load(path, *SPACE)
         assert saved is not None
         store.clear_memory()
-        fresh = [Memory(f"n{i:06d}", "r", f"t{i}", 0, f"text {i}", [], None, *SPACE) for i in range(1_500)]
-        DuckDBMemoryBackend(store).add(fresh, vectors[3_000:4_500])
-        reopened = DuckDBMemoryBackend(store, index_threshold=1_000)
+        fresh = [Memory(f"n{i:06d}", "r", f"t{i}", 0, f"text {i}", [], None, *SPACE) for i in range(800)]
+        DuckDBMemoryBackend(store).add(fresh, vectors[3_000:3_800])
+        reopened = DuckDBMemoryBackend(store, index_threshold=500)
         assert ids(reopened.search(vectors[3_100], 1, *SPACE)) == ["n000100"]
         rebuilt = HnswIndex.load(path, *SPACE)
-        assert rebuilt is not None and rebuilt.ids[0] == "n000000" and len(rebuilt) == 1_500
+        assert rebuilt is not None and rebuilt.ids[0] == "n000000" and len(rebuilt) == 800
 
         # a torn file is treated as absent and rebuilt
         path.write_bytes(path.read_bytes()[:1_000])
         assert HnswIndex.load(path, *SPACE) is None
-        assert ids(DuckDBMemoryBackend(store, index_threshold=1_000).search(vectors[3_100], 1, *SPACE)) == ["n000100"]
+        assert ids(DuckDBMemoryBackend(store, index_threshold=500).search(vectors[3_100], 1, *SPACE)) == ["n000100"]
         assert HnswIndex.load(path, *SPACE) is not None
 
 
