@@ -33,8 +33,8 @@ from types import TracebackType
 
 from factory.errors import ConfigError, OutputSpaceError
 
-__all__ = ["OutputFiles", "disk_full", "is_staged", "refuse_protected", "staged_lock", "staged_name", "sweep_staged",
-           "write_output"]
+__all__ = ["TRAINED_MARKER", "OutputFiles", "disk_full", "is_staged", "refuse_protected", "staged_lock",
+           "staged_name", "sweep_staged", "unfinished_training", "write_output"]
 
 #: A staged file or folder: ``.NAME.<pid>-<8 hex>.tmp`` and the target's extension, if any.
 _STAGED = re.compile(r"^\..+\.\d+-[0-9a-f]{8}\.tmp(\.[^.]*)?$")
@@ -70,6 +70,30 @@ def disk_full(exc: BaseException | None) -> str | None:
 def is_staged(path: str | Path) -> bool:
     """Whether ``path`` or a folder above it is a staged (not yet complete) output."""
     return any(_STAGED.match(part) for part in Path(path).parts)
+
+
+#: An empty file ``factory train`` puts in the model folders it writes: they are finished only beside a
+#: ``train_result.json`` (written last), which is how a model loader tells a training killed while saving.
+TRAINED_MARKER = ".factory-trained"
+#: The report ``factory train`` writes last into its output folder.
+_TRAIN_RESULT = "train_result.json"
+
+
+def unfinished_training(folder: str | Path) -> str | None:
+    """Why ``folder`` is a model that ``factory train`` never finished writing; None if it is not one.
+
+    It is one inside a staged folder (a training still saving, or killed
+    while saving), or a folder ``factory train`` wrote with no
+    ``train_result.json`` beside it (killed between the two).
+    """
+    path = Path(folder).expanduser()
+    resolved = path.resolve()
+    if is_staged(resolved):
+        return f"{path} is not a finished training output (a staged folder: its training was still saving or killed)"
+    if (path / TRAINED_MARKER).exists() and not (resolved.parent / _TRAIN_RESULT).is_file():
+        return (f"{path} is not a finished training output: no {_TRAIN_RESULT} beside it (its training was "
+                "interrupted while saving); train again")
+    return None
 
 
 def staged_lock(path: Path) -> int:

@@ -22,6 +22,7 @@ from typing import Any
 from factory.errors import ModelConfigError, ModelError
 from factory.models._base import ChatResponse, Message, ModelOptions, ToolSpec, Usage, register_model
 from factory.models._text_tools import parse_text_tool_calls
+from factory.outputs import unfinished_training
 
 __all__ = ["HFChatModel"]
 
@@ -60,8 +61,7 @@ class HFChatModel:
         source = path
         if _looks_local(path):
             folder = Path(path).expanduser()
-            if not (folder / "config.json").is_file():
-                raise ModelConfigError(f"hf: {path} is not a transformers checkpoint (no config.json in it)")
+            _check_folder(path)
             source = str(folder)
         threads = options.threads or int(os.environ.get("FACTORY_THREADS", "0"))
         if threads:
@@ -188,8 +188,17 @@ def _precheck(name: str) -> None:
     """In the fork's process, before the engine's child starts: a local folder is a checkpoint."""
     if not name:
         raise ModelConfigError("hf: needs a model folder or hub id, e.g. hf:./runs/sft/merged")
-    if _looks_local(name) and not (Path(name).expanduser() / "config.json").is_file():
+    if _looks_local(name):
+        _check_folder(name)
+
+
+def _check_folder(name: str) -> None:
+    """A local folder is a checkpoint, and not one ``factory train`` never finished writing."""
+    if not (Path(name).expanduser() / "config.json").is_file():
         raise ModelConfigError(f"hf: {name} is not a transformers checkpoint (no config.json in it)")
+    unfinished = unfinished_training(name)
+    if unfinished is not None:
+        raise ModelConfigError(f"hf: {unfinished}")
 
 
 _create.precheck = _precheck  # type: ignore[attr-defined]

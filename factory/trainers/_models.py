@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from factory.errors import ConfigError
+from factory.outputs import unfinished_training
 from factory.provenance import file_sha256
 from factory.trainers._tiny import TINY_SPEC, ensure_tiny_model
 
@@ -118,6 +119,9 @@ def resolve_policy(spec: str) -> PolicySource:
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise ConfigError(f"policy {spec!r}: {path} is not a model folder (it has no config.json)")
+        unfinished = unfinished_training(path)
+        if unfinished is not None:
+            raise ConfigError(f"policy {spec!r}: {unfinished}")
         return PolicySource(spec=spec, kind="folder", path=str(path.resolve()))
     if path.exists():
         raise ConfigError(f"policy {spec!r}: {path} is neither a model folder nor a .gguf file")

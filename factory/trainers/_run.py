@@ -13,14 +13,24 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from factory.errors import ConfigError
-from factory.outputs import refuse_protected, write_output
+from factory.errors import ConfigError, OutputSpaceError
+from factory.outputs import (
+    TRAINED_MARKER,
+    disk_full,
+    refuse_protected,
+    staged_lock,
+    staged_name,
+    sweep_staged,
+    write_output,
+)
 from factory.trainers._data import TrainingData, load_training_data
 from factory.trainers._precision import (
     MOVED_WARNING_SHARE,
@@ -33,9 +43,107 @@ from factory.trainers._precision import (
 if TYPE_CHECKING:
     from factory.trainers._models import PolicySource
 
-__all__ = ["RESULT_FILE", "TrainResult", "frozen_reference", "run_training"]
+__all__ = ["RESULT_FILE", "TrainOutputs", "TrainResult", "frozen_reference", "run_training"]
 
 RESULT_FILE = "train_result.json"
+
+
+class TrainOutputs:
+    """A training run's final outputs, staged in one folder and moved into the output folder once complete.
+
+    The model, adapter, plot and report are written to a staged folder
+    (``OUTPUT/.final.<pid>-<hex>.tmp``, ``flock``'ed while its writer lives)
+    and moved in by :meth:`commit`, ``train_result.json`` last (an earlier
+    one is removed first), so a folder holding a ``model/`` without a
+    ``train_result.json`` is one whose training was killed while moving in:
+    the model folders carry a marker (:data:`MARKER`), and the ``hf:`` loader
+    refuses such a folder, and a staged one. Staged folders of dead
+    processes are swept when the next training stages its outputs here.
+
+    Args:
+        output_dir: The run's output folder.
+        operation: What is written, for the message of a full disk (``train sft``).
+    """
+
+    #: The marker file put in each model folder written here.
+    MARKER = TRAINED_MARKER
+    #: What lands, in this order: the report last.
+    NAMES = ("adapter", "model", "loss.png", RESULT_FILE)
+
+    def __init__(self, output_dir: Path, operation: str = "train"):
+        self.output_dir = Path(output_dir)
+        self.operation = operation
+        self.staged: Path | None = None
+        self._fd: int | None = None
+        self._made = False
+
+    def stage(self) -> Path:
+        """Make (and lock) the staged folder, sweeping those dead processes left; return it.
+
+        Raises:
+            OutputSpaceError: The disk is full.
+        """
+        try:
+            if not self.output_dir.is_dir():
+                self.output_dir.mkdir(parents=True)
+                self._made = True
+            sweep_staged(self.output_dir)
+            staged = staged_name(self.output_dir / "final")
+            staged.mkdir()
+            self.staged, self._fd = staged, staged_lock(staged)
+        except OSError as exc:
+            self.discard()
+            self.fail(exc)
+            raise ConfigError(f"cannot write to {self.output_dir}: {exc.strerror or exc}") from exc
+        return staged
+
+    def final(self, staged_path: str | Path) -> Path:
+        """Where ``staged_path`` (under the staged folder) lands."""
+        return self.output_dir / Path(staged_path).relative_to(self.staged)
+
+    def commit(self) -> None:
+        """Move everything staged into the output folder, the report last; remove the staged folder."""
+        staged = self.staged
+        for name in ("adapter", "model"):
+            if (staged / name).is_dir():
+                (staged / name / self.MARKER).touch()
+        (self.output_dir / RESULT_FILE).unlink(missing_ok=True)  # until the new one lands, nothing looks finished
+        for name in self.NAMES:
+            source, target = staged / name, self.output_dir / name
+            if not source.exists():
+                continue
+            if target.is_dir() and not target.is_symlink():  # an earlier run's folder: moved aside, then removed
+                target.rename(staged / f".earlier-{name}")
+            os.replace(source, target)
+        self.discard()
+
+    def discard(self) -> None:
+        """Remove the staged folder (and the output folder, when it was made for this run and is empty)."""
+        if self.staged is not None:
+            shutil.rmtree(self.staged, ignore_errors=True)
+            self.staged = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        if self._made:
+            try:
+                self.output_dir.rmdir()
+            except OSError:  # checkpoints or logs are in it: not empty, kept
+                pass
+            self._made = False
+
+    def fail(self, exc: BaseException) -> None:
+        """Raise :class:`OutputSpaceError` naming the output folder if ``exc`` is a full disk; else return.
+
+        Raises:
+            OutputSpaceError: ``exc`` (or its cause) is a full disk or quota.
+        """
+        why = disk_full(exc)
+        if why is not None and not isinstance(exc, OutputSpaceError):
+            raise OutputSpaceError(self.operation, str(self.output_dir), why) from exc
+        if isinstance(exc, OutputSpaceError) and self.staged is None and exc.path.startswith(
+                str(self.output_dir)):
+            raise OutputSpaceError(self.operation, str(self.output_dir), exc.detail) from exc
 
 
 @dataclass
@@ -290,9 +398,17 @@ def run_training(name: str, config: Any, formats: str | tuple[str, ...], build_t
                              "precision are lost; train float32 weights or raise the learning rate")
     main_process = trainer.is_world_process_zero()
     paths: dict[str, str] = {}
+    staging = TrainOutputs(output_dir, f"train {name}")
     if main_process:  # under accelerate every process holds the model; one writes it
-        paths = save_policy(trainer.model, getattr(trainer, "processing_class", None) or tokenizer, output_dir,
-                            merge=config.merge_adapter)
+        staged = staging.stage()
+        try:
+            paths = {kind: str(staging.final(path)) for kind, path in save_policy(
+                trainer.model, getattr(trainer, "processing_class", None) or tokenizer, staged,
+                merge=config.merge_adapter).items()}
+        except BaseException as exc:
+            staging.discard()
+            staging.fail(exc)
+            raise
     history = _json_safe(list(trainer.state.log_history))
     metrics = _json_safe({**_summary(history, dict(output.metrics), int(trainer.state.global_step), seconds),
                           "precision": precision,
@@ -313,8 +429,15 @@ def run_training(name: str, config: Any, formats: str | tuple[str, ...], build_t
                          Path(paths["adapter"]) if paths.get("adapter") else None, metrics, history, provenance,
                          list(data.warnings), main_process=main_process)
     if main_process:
-        result.plot_path = _plot_losses(history, output_dir / "loss.png", f"factory train {name}: {data.path.name}",
-                                        inputs)
-        report = json.dumps(result.to_dict(), indent=2) + "\n"
-        write_output(output_dir / RESULT_FILE, lambda staged: staged.write_text(report, encoding="utf-8"), inputs)
+        try:
+            plot = _plot_losses(history, staging.staged / "loss.png", f"factory train {name}: {data.path.name}",
+                                inputs)
+            result.plot_path = staging.final(plot) if plot is not None else None
+            report = json.dumps(result.to_dict(), indent=2) + "\n"
+            (staging.staged / RESULT_FILE).write_text(report, encoding="utf-8")
+            staging.commit()
+        except BaseException as exc:
+            staging.discard()
+            staging.fail(exc)
+            raise
     return result
