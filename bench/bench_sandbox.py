@@ -36,12 +36,23 @@ bwrap's (``docker/bwrap > 1`` means docker is slower). ``none`` is no
 isolation at all (the code runs as this user on this host, with a warning):
 a reference line for what isolation costs, never a contender.
 
+``docker-nopool`` is ``docker`` with its pool of pre-started containers off
+(``FACTORY_DOCKER_POOL=0`` around its probes): every start creates, starts
+and seeds a container on the engine, as before the pool. ``docker`` takes a
+container the pool pre-started (between two of its starts the rest of a round
+runs, so the pool has refilled: the steady state of a fork whose branches
+last longer than a container's start), seeds it and, on close, leaves the
+engine's removal to a background thread (nothing of the host is mounted in
+it); the verifier's two sandboxes share a folder with the host, so they are
+made per verification and removed before close returns, pool or not.
+
 A backend that cannot start is skipped with the reason (docker: no engine,
 or the image missing: ``factory sandbox build-image``; bwrap: not installed,
 or no user namespaces). Whole-machine CPU use during the run and the load
 average are printed, so a run on a loaded machine can be told apart.
 
-Usage: python bench/bench_sandbox.py [--repeats 10] [--backends docker,bwrap,none] [--concurrency 2] [--json]
+Usage: python bench/bench_sandbox.py [--repeats 10] [--backends docker,docker-nopool,bwrap,none] [--concurrency 2]
+       [--json]
 """
 
 from __future__ import annotations
@@ -71,12 +82,15 @@ from factory.sandbox import (
     default_image_tag,
     docker_available,
     docker_image_status,
+    drain_docker_pool,
 )
 from factory.verifiers import TestsVerifier, VerificationPipeline, load_golden, run_golden
 
 GOLDEN = Path(__file__).resolve().parent.parent / "examples" / "golden" / "tests-correct.jsonl"
 BASELINE = "bwrap"
 NOT_ISOLATED = {"none"}
+#: Pseudo-backends: a sandbox backend run with extra environment around its probes.
+VARIANTS = {"docker-nopool": ("docker", {"FACTORY_DOCKER_POOL": "0"})}
 PYTEST = ["python", "-m", "pytest", "-q"]
 PYTEST_PLUGINS_OFF = ["env", "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1", "python", "-m", "pytest", "-q",
                       "-p", "no:cacheprovider"]
@@ -100,6 +114,7 @@ def throughput_metric(k: int) -> str:
 
 def why_unavailable(backend: str) -> str | None:
     """Why ``backend`` cannot run here, from cheap checks (None: try it)."""
+    backend = VARIANTS.get(backend, (backend, {}))[0]
     if backend == "docker":
         ok, why = docker_available()
         if not ok:
@@ -133,8 +148,28 @@ class Backend:
     times: dict[str, list[float]] = field(default_factory=dict)  # metric -> seconds per counted round
     error: str | None = None
 
+    @property
+    def sandbox(self) -> str:
+        """The sandbox backend this row runs."""
+        return VARIANTS.get(self.name, (self.name, {}))[0]
+
+    @contextlib.contextmanager
+    def environment(self) -> Any:
+        """The variant's environment, set while its probes run (and put back after)."""
+        extra = VARIANTS.get(self.name, (self.name, {}))[1]
+        saved = {key: os.environ.get(key) for key in extra}
+        os.environ.update(extra)
+        try:
+            yield
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
     async def start_close(self) -> None:
-        async with create_sandbox(self.name, CONFORMANCE_SPEC):
+        async with create_sandbox(self.sandbox, CONFORMANCE_SPEC):
             pass
 
     async def run(self, command: list[str], pytest: bool) -> None:
@@ -146,14 +181,14 @@ class Backend:
             raise ProbeError(f"{self.name}: {command} failed: {result.describe()[-1500:]}")
 
     async def golden(self) -> None:
-        pipeline = VerificationPipeline({"tests": TestsVerifier(reference_sandbox=self.name)})
-        report = await run_golden("tests", pipeline, [self.case], [], self.name)
+        pipeline = VerificationPipeline({"tests": TestsVerifier(reference_sandbox=self.sandbox)})
+        report = await run_golden("tests", pipeline, [self.case], [], self.sandbox)
         if not report.clean or report.correct != 1:
             raise ProbeError(f"{self.name}: golden case {self.case.id} not clean: "
                              f"{json.dumps(report.to_dict(), default=str)[:1500]}")
 
     async def cycle(self) -> None:
-        async with create_sandbox(self.name, CONFORMANCE_SPEC) as sandbox:
+        async with create_sandbox(self.sandbox, CONFORMANCE_SPEC) as sandbox:
             check_pytest(self.name, await sandbox.exec(PYTEST))
 
     async def batch(self, k: int) -> None:
@@ -180,8 +215,9 @@ async def measure(backends: list[Backend], repeats: int, k: int) -> None:
         for b in order:
             if b.error is None:
                 try:
-                    b.probe = create_sandbox(b.name, CONFORMANCE_SPEC)
-                    await b.probe.start()
+                    b.probe = create_sandbox(b.sandbox, CONFORMANCE_SPEC)
+                    with b.environment():
+                        await b.probe.start()
                 except Exception as exc:  # noqa: BLE001 - reported, the backend dropped
                     b.error = f"round {round_no}: cannot start: {type(exc).__name__}: {exc}"
                     b.probe = None
@@ -193,7 +229,8 @@ async def measure(backends: list[Backend], repeats: int, k: int) -> None:
                     probe = probes(b, k)[metric]
                     t0 = time.perf_counter()
                     try:
-                        await probe()
+                        with b.environment():
+                            await probe()
                     except Exception as exc:  # noqa: BLE001 - reported, the backend dropped
                         b.error = f"round {round_no}, {metric}: {type(exc).__name__}: {exc}"
                         continue
@@ -226,7 +263,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--repeats", type=int, default=10, help="counted rounds (after one warm-up round)")
-    parser.add_argument("--backends", default="docker,bwrap,none",
+    parser.add_argument("--backends", default="docker,docker-nopool,bwrap,none",
                         help=f"comma list of sandbox backends; ratios are against {BASELINE}")
     parser.add_argument("--concurrency", type=int, default=2, help="K: concurrent start+pytest+close cycles")
     parser.add_argument("--json", action="store_true",
@@ -257,7 +294,9 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
             why = why_unavailable(name)
             if why is None:
                 try:  # can it start at all? (a sandbox that cannot start says why here)
-                    asyncio.run(Backend(name, case).start_close())
+                    probe = Backend(name, case)
+                    with probe.environment():
+                        asyncio.run(probe.start_close())
                 except Exception as exc:  # noqa: BLE001 - reported, the backend skipped
                     why = f"cannot start: {type(exc).__name__}: {exc}"
             if why is None:
@@ -269,6 +308,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
             raise SystemExit("error: no backend can run here")
         busy0, wall0 = cpu_busy_seconds(), time.perf_counter()
         asyncio.run(measure(live, args.repeats, k))
+        drain_docker_pool()  # the pool's spares and the background removals, inside the measured run
         busy1, wall = cpu_busy_seconds(), time.perf_counter() - wall0
     share = (f"{(busy1 - busy0) / (wall * (os.cpu_count() or 1)):.0%}" if busy0 is not None and busy1 is not None
              else "?")
