@@ -9,9 +9,7 @@ override; the ``hints`` and ``spans`` exports read accepted rows only. What a
 turn and a span are is defined once, in :mod:`factory.store._feedback`.
 """
 
-from factory.feedback._branch import BranchView, ToolResult, load_branch_views
 from factory.feedback._ledger import (
-    ProposalResult,
     add_feedback,
     import_feedback,
     list_feedback,
@@ -20,27 +18,15 @@ from factory.feedback._ledger import (
     propose_feedback,
     set_feedback_status,
 )
-from factory.feedback._propose import PROPOSAL_RULES, PROPOSAL_VERSION, Finding, ProposalRule, propose_for_branch
-from factory.feedback._teacher import TEACHER_SYSTEM_PROMPT, teacher_prompt, write_teacher_hints
+from factory.feedback._teacher import teacher_prompt
 
 __all__ = [
-    "PROPOSAL_RULES",
-    "PROPOSAL_VERSION",
-    "TEACHER_SYSTEM_PROMPT",
-    "BranchView",
-    "Finding",
-    "ProposalResult",
-    "ProposalRule",
-    "ToolResult",
     "add_feedback",
     "import_feedback",
     "list_feedback",
-    "load_branch_views",
     "override_feedback",
     "parse_span",
     "propose_feedback",
-    "propose_for_branch",
     "set_feedback_status",
     "teacher_prompt",
-    "write_teacher_hints",
 ]
