@@ -346,12 +346,12 @@ class OutputSpaceError(FactoryError):
     output are as they were, and the same command can run again once space is freed.
     """
 
-    def __init__(self, operation: str, path: str, detail: str = "no space left on device"):
+    def __init__(self, operation: str, path: str, detail: str = "no space left on device",
+                 remedy: str = "nothing was replaced; free some space and run it again"):
         self.operation = operation
         self.path = path
         self.detail = detail
-        super().__init__(f"{operation}: {detail} writing {path} (nothing was replaced; "
-                         "free some space and run it again)")
+        super().__init__(f"{operation}: {detail} writing {path} ({remedy})")
 
 
 class TrainingStoppedError(FactoryError):

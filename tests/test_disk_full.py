@@ -44,17 +44,16 @@ class SmallDisk:
         self.root = root
         self.filler = root / "filler"
 
-    def fill(self) -> None:
+    def fill(self, left: int = FREE_BYTES) -> None:
         self.free()
         stats = os.statvfs(self.root)
         with self.filler.open("wb") as handle:
-            handle.truncate(0)
-            remaining = stats.f_bavail * stats.f_frsize - FREE_BYTES
+            remaining = stats.f_bavail * stats.f_frsize - left
             chunk = b"\0" * (1 << 20)
             while remaining > 0:
                 remaining -= handle.write(chunk[:remaining])
         stats = os.statvfs(self.root)
-        assert stats.f_bavail * stats.f_frsize <= FREE_BYTES
+        assert stats.f_bavail * stats.f_frsize <= left
 
     def free(self) -> None:
         self.filler.unlink(missing_ok=True)
@@ -163,6 +162,50 @@ def test_a_fork_into_a_new_store_on_a_full_disk_leaves_no_store(tmp_path, small_
     result = subprocess.run(fork, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["branches"] == 2
+
+
+def stored_branches(db: Path) -> int:
+    """Branches of run r1 committed so far (0 while the store is being made or cannot be read)."""
+    from factory.errors import FactoryError
+    from factory.store import Store
+
+    if not db.exists():
+        return 0
+    try:
+        with Store.open(db, read_only=True) as store:
+            return store.branches("r1").height
+    except FactoryError:
+        return 0
+
+
+def test_a_fork_whose_disk_fills_mid_run_keeps_what_was_committed_and_resumes(tmp_path, small_disk):
+    import time
+
+    count = 20
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps({"id": f"t{i:02d}", "prompt": f"What is {i} + {i}?", "answer": str(2 * i)})
+                             + "\n" for i in range(count)))
+    replay = tmp_path / "replay.jsonl"
+    replay.write_text(json.dumps({"response": {"text": "Final: 2", "usage": {"input_tokens": 5, "output_tokens": 2}},
+                                  "delay_s": 0.4}) + "\n")
+    db = small_disk.root / "new.duckdb"
+    fork = [sys.executable, "-m", "factory.cli", "fork", str(tasks), "--model", f"replay:{replay}", "--db", str(db),
+            "-n", "1", "--no-verify", "--sandbox", "none", "--run-id", "r1", "--json"]
+    child = subprocess.Popen(fork, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and child.poll() is None and stored_branches(db) < 2:
+        time.sleep(0.1)
+    small_disk.fill(left=0)  # a few branches are committed; the next commit finds the disk full
+    _, stderr = child.communicate(timeout=120)
+    assert child.returncode == 1 and "Traceback" not in stderr, stderr
+    lines = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and lines[0].startswith("error: commit to the store: no space left on device writing ")
+    assert f"factory fork --resume r1 --db {db}" in lines[0], lines[0]
+    small_disk.free()
+    resumed = subprocess.run([sys.executable, "-m", "factory.cli", "fork", "--resume", "r1", "--db", str(db),
+                              "--model", f"replay:{replay}", "--json"], capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout)["branches"] == count
 
 
 def test_train_on_a_full_disk_leaves_no_output_and_trains_once_space_is_freed(cli, tiny_model, small_disk,

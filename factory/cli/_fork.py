@@ -124,7 +124,7 @@ def fork(tasks_file: Path | None, branches: int, model_spec: str | None, base_ur
     Every branch and its events are stored in the DuckDB file as they finish.
     Ctrl-C stops cleanly, keeping what finished; --resume RUN_ID continues.
     """
-    from factory.errors import ConfigError, RunAbortedError
+    from factory.errors import ConfigError, OutputSpaceError, RunAbortedError
     from factory.models import (
         AdaptiveLimiter,
         CircuitBreaker,
@@ -231,6 +231,12 @@ def fork(tasks_file: Path | None, branches: int, model_spec: str | None, base_ur
             asyncio.run(_drive(results, len(tasks) * config.branches, already, model, pipeline, err, backend))
         except RunAbortedError as exc:  # the provider is gone: one line, and how to go on once it is back
             raise RunAbortedError(f"{exc} --db {store.path}", run_id=exc.run_id, cause=exc.cause) from None
+        except OutputSpaceError as exc:  # the disk filled mid-run: what was committed stays, and the run goes on
+            if store.run(runner.run_id) is None:
+                raise
+            raise OutputSpaceError(exc.operation, exc.path, exc.detail, remedy=(
+                "what was committed is kept; free some space, then: "
+                f"factory fork --resume {runner.run_id} --db {store.path}")) from exc
         except KeyboardInterrupt:
             summary = fork_summary(store, runner.run_id, time.monotonic() - started)
             click.echo(f"\ninterrupted: {summary['branches']} branch(es) of run {runner.run_id} are stored. "

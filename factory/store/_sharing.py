@@ -34,7 +34,8 @@ import fcntl
 import os
 from pathlib import Path
 
-from factory.errors import StoreError, StoreLockedError
+from factory.errors import OutputSpaceError, StoreError, StoreLockedError
+from factory.outputs import disk_full
 
 __all__ = [
     "PAUSE_GAP_MAX_S", "PAUSE_GAP_S", "PAUSE_SHARE", "WATCH_INTERVAL_S", "WriterLock", "ask_writer", "writer_waiting",
@@ -133,8 +134,17 @@ class WriterLock:
                 break
             os.close(fd)
         header = f"{os.getpid()}\n".encode() + _HOLDING
-        os.ftruncate(fd, 0)  # a dead writer's PID and readers' requests
-        os.pwrite(fd, header, 0)
+        try:
+            os.ftruncate(fd, 0)  # a dead writer's PID and readers' requests
+            os.pwrite(fd, header, 0)
+        except OSError as exc:  # a full disk: the sidecar goes, as at release, and the store is not opened
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            os.close(fd)
+            why = disk_full(exc)
+            if why is not None:
+                raise OutputSpaceError("lock the store", str(path), why) from exc
+            raise StoreError(f"cannot write the writer lock {path}: {exc.strerror or exc}") from exc
         return cls(fd, path, len(header))
 
     def waiting(self, flag: bool) -> None:

@@ -90,7 +90,13 @@ def _locked(method: Callable[..., T]) -> Callable[..., T]:
     def wrapper(self: Store, *args: Any, **kwargs: Any) -> T:
         with self._lock:
             self._connect_again()
-            return method(self, *args, **kwargs)
+            try:
+                return method(self, *args, **kwargs)
+            except duckdb.Error as exc:  # a write outside a transaction block (an UPDATE) on a full disk
+                why = disk_full(exc)
+                if why is None:
+                    raise
+                raise OutputSpaceError("commit to the store", str(self.path), why) from exc
 
     return wrapper
 
@@ -513,6 +519,9 @@ class Store:
         with self._transaction():
             return self._write("artifacts", rows)
 
+    #: DuckDB's memory limit while :meth:`write_memories` loads many rows.
+    BULK_MEMORY_LIMIT = "512MB"
+
     @_locked
     def write_memories(self, rows: Rows, *, new_only: bool = False, batch_rows: int = 100_000) -> int:
         """Insert or replace memory rows, keyed by ``memory_id`` (``embedding`` a float list per row).
@@ -523,12 +532,23 @@ class Store:
         statements of ``batch_rows`` rows within one transaction, so DuckDB's
         working memory stays bounded whatever the number of rows.
         """
-        with self._transaction():
-            if not new_only:
+        if not new_only:
+            with self._transaction():
                 return self._write("memory", rows)
-            arrow = self._arrow("memory", rows)
-            return sum(self._write("memory", arrow.slice(start, batch_rows), replace=False)
-                       for start in range(0, arrow.num_rows, batch_rows))
+        arrow = self._arrow("memory", rows)
+        if arrow.num_rows <= batch_rows:
+            with self._transaction():
+                return self._write("memory", arrow, replace=False)
+        # A big load: cap DuckDB's buffer pool meanwhile, so the written blocks are flushed rather than cached
+        # (uncapped, 300,000 rows of 384 floats held 2.1 times the rows' size; capped at 512 MB, 1.0 times).
+        limit = self._con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+        self._con.execute(f"SET memory_limit = '{self.BULK_MEMORY_LIMIT}'")
+        try:
+            with self._transaction():
+                return sum(self._write("memory", arrow.slice(start, batch_rows), replace=False)
+                           for start in range(0, arrow.num_rows, batch_rows))
+        finally:
+            self._con.execute(f"SET memory_limit = '{limit}'")
 
     @_locked
     def clear_memory(self) -> int:
