@@ -299,3 +299,27 @@ def test_a_training_output_that_never_finished_is_refused_by_hf_and_swept(tmp_pa
     # the next training into the folder sweeps what the killed one staged
     TrainOutputs(output).stage()
     assert not staged_model.parent.exists()
+
+
+def test_a_full_disk_no_writer_named_is_still_one_line():
+    import click
+    from click.testing import CliRunner
+
+    from factory.cli._lazy import LazyGroup
+    from factory.outputs import disk_full
+
+    @click.group(cls=LazyGroup)
+    def group() -> None:
+        pass
+
+    @group.command()
+    def write() -> None:
+        raise OSError(28, "No space left on device", "/data/out.bin")
+
+    result = CliRunner().invoke(group, ["write"])
+    assert result.exit_code == 1 and result.output == (
+        "error: write: no space left on device writing /data/out.bin (free some space and run it again)\n")
+    # libraries that wrap the OS error say so in words: DuckDB, safetensors, polars
+    wrapped = RuntimeError('Could not write file "x.wal": No space left on device')
+    assert disk_full(wrapped) == "no space left on device"
+    assert disk_full(ValueError("not a disk problem")) is None

@@ -13,6 +13,7 @@ import importlib
 import click
 
 from factory.errors import FactoryError
+from factory.outputs import disk_full
 
 __all__ = ["LazyGroup"]
 
@@ -54,3 +55,12 @@ class LazyGroup(click.Group):
             where = f" (see: {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
             click.echo(f"error: {exc.format_message()}{where}", err=True)
             ctx.exit(exc.exit_code)
+        except Exception as exc:
+            # A full disk where no writer of ours said so (a library writing on its own): still one line.
+            why = disk_full(exc)
+            if why is None:
+                raise
+            path = getattr(exc, "filename", None)
+            click.echo(f"error: {ctx.invoked_subcommand or ctx.info_name}: {why}"
+                       + (f" writing {path}" if path else "") + " (free some space and run it again)", err=True)
+            ctx.exit(1)

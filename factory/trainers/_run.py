@@ -388,7 +388,11 @@ def run_training(name: str, config: Any, formats: str | tuple[str, ...], build_t
                  "compute_dtype": compute_dtype(config), "trainable_elements": probe.total,
                  "sampled_elements": probe.sampled}
     started = time.perf_counter()
-    output = trainer.train(resume_from_checkpoint=resume_from)
+    try:
+        output = trainer.train(resume_from_checkpoint=resume_from)
+    except BaseException as exc:  # a checkpoint (--save-steps) on a full disk: one line too
+        TrainOutputs(output_dir, f"train {name}").fail(exc)
+        raise
     seconds = time.perf_counter() - started
     precision["moved_share"] = probe.moved_share(trainer.model)
     if precision["moved_share"] is not None and trainer.state.global_step > 0 and (
