@@ -541,14 +541,13 @@ class Store:
                 return self._write("memory", arrow, replace=False)
         # A big load: cap DuckDB's buffer pool meanwhile, so the written blocks are flushed rather than cached
         # (uncapped, 300,000 rows of 384 floats held 2.1 times the rows' size; capped at 512 MB, 1.0 times).
-        limit = self._con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
         self._con.execute(f"SET memory_limit = '{self.BULK_MEMORY_LIMIT}'")
         try:
             with self._transaction():
                 return sum(self._write("memory", arrow.slice(start, batch_rows), replace=False)
                            for start in range(0, arrow.num_rows, batch_rows))
         finally:
-            self._con.execute(f"SET memory_limit = '{limit}'")
+            self._con.execute("RESET memory_limit")  # the store sets it nowhere else: back to DuckDB's default
 
     @_locked
     def clear_memory(self) -> int:

@@ -125,3 +125,17 @@ def test_memory_reindex_command_rebuilds_the_index_file(tmp_path, data):
     assert result.exit_code == 0, result.output
     assert "300 memories" in result.output and path.exists()
     assert HnswIndex.load(path, *SPACE).ids == [f"m{i:06d}" for i in range(300)]
+
+
+def test_a_bulk_load_is_batched_in_one_transaction_and_restores_the_memory_limit(tmp_path, data):
+    from factory.memory._store import _meta_table, _with_vectors
+
+    vectors, _ = data
+    with Store.open(tmp_path / "m.duckdb") as store:
+        limit = store.query("SELECT current_setting('memory_limit') AS m")["m"][0]
+        rows = _with_vectors(_meta_table(memories(0, 250)), vectors[:250])
+        assert store.write_memories(rows, new_only=True, batch_rows=100) == 250
+        assert store.memory_count() == 250
+        assert store.query("SELECT current_setting('memory_limit') AS m")["m"][0] == limit
+        backend = DuckDBMemoryBackend(store)
+        assert ids(backend.search(vectors[123], 1, *SPACE)) == ["m000123"]
