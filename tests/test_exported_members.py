@@ -72,6 +72,13 @@ PRIVATE_IMPORTS_IN_TESTS = {
                                          "and to make training fail on purpose",
     "tests/verifiers/test_scratch_guard.py": "runs the trusted bootstrap's scratch-area guard (internal to the "
                                              "isolation) in a fresh interpreter, since it replaces that process's open",
+    "tests/feedback/test_records.py": "checks the spans export's per-message polarity resolution (internal to the "
+                                      "export) against the records it reads",
+    "tests/trainers/test_ensemble.py": "checks the reward ensemble's bootstrap resamples and manifest name "
+                                       "(internal to `factory train reward --ensemble`)",
+    "tests/verifiers/test_browser.py": "checks the browser verifier's item parsing and scoring, the task parser, "
+                                       "the Anthropic image translation and the judge budget (internal) directly",
+    "tests/view/test_outputs.py": "holds the store's writer lock (internal to the store) to make it busy on purpose",
 }
 
 
