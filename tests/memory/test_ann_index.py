@@ -114,7 +114,7 @@ def test_upserts_are_searchable_without_a_rebuild_and_a_stale_index_is_rebuilt(t
 
 
 def test_memory_reindex_command_rebuilds_the_index_file(tmp_path, data):
-    from factory.cli._main import main as cli
+    from factory.cli import main as cli
 
     vectors, _ = data
     db = tmp_path / "m.duckdb"
