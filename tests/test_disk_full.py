@@ -8,6 +8,9 @@ as they were, and succeeds once space is freed. A writer killed with
 ``kill -9`` leaves its staged file behind: the next writer into that folder
 sweeps it (a live writer's is left alone), and the ``hf:`` loader refuses a
 training output that never finished.
+
+By default the exports' full disk and the kill -9 tests run (about 10 s);
+fork, rank --plot, memory and train on a full disk are opt-in: ``-m slow``.
 """
 
 from __future__ import annotations
@@ -114,6 +117,7 @@ def test_exports_on_a_full_disk_end_in_one_line_and_run_again_once_space_is_free
     no_staged(small_disk.root)
 
 
+@pytest.mark.slow  # tens of seconds (CLI subprocesses, the embedder, training): opt in with -m slow
 def test_a_rank_plot_on_a_full_disk_stores_nothing_and_draws_once_space_is_freed(cli, store_copy, small_disk):
     pytest.importorskip("matplotlib", reason="matplotlib (the 'plot' extra) is not installed")
     plot = small_disk.root / "strengths.png"
@@ -125,6 +129,7 @@ def test_a_rank_plot_on_a_full_disk_stores_nothing_and_draws_once_space_is_freed
     assert cli("rank", "r1", "--db", store_copy, "--plot", plot).exit_code == 0 and plot.stat().st_size > 0
 
 
+@pytest.mark.slow  # tens of seconds (CLI subprocesses, the embedder, training): opt in with -m slow
 def test_memory_on_a_full_disk_leaves_the_store_as_it_was(cli, exported_run, small_disk):
     db = small_disk.root / "store.duckdb"
     db.write_bytes(exported_run.read_bytes())
@@ -142,6 +147,7 @@ def test_memory_on_a_full_disk_leaves_the_store_as_it_was(cli, exported_run, sma
     assert stats["memories"] > 0
 
 
+@pytest.mark.slow  # tens of seconds (CLI subprocesses, the embedder, training): opt in with -m slow
 def test_a_fork_into_a_new_store_on_a_full_disk_leaves_no_store(tmp_path, small_disk):
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text(json.dumps({"id": "t0", "prompt": "What is 1 + 1?", "answer": "2"}) + "\n")
@@ -178,6 +184,7 @@ def stored_branches(db: Path) -> int:
         return 0
 
 
+@pytest.mark.slow  # tens of seconds (CLI subprocesses, the embedder, training): opt in with -m slow
 def test_a_fork_whose_disk_fills_mid_run_keeps_what_was_committed_and_resumes(tmp_path, small_disk):
     import time
 
@@ -208,6 +215,7 @@ def test_a_fork_whose_disk_fills_mid_run_keeps_what_was_committed_and_resumes(tm
     assert json.loads(resumed.stdout)["branches"] == count
 
 
+@pytest.mark.slow  # tens of seconds (CLI subprocesses, the embedder, training): opt in with -m slow
 def test_train_on_a_full_disk_leaves_no_output_and_trains_once_space_is_freed(cli, tiny_model, small_disk,
                                                                               store_copy, tmp_path):
     pytest.importorskip("trl", reason="trl (the 'train' extra) is not installed")
