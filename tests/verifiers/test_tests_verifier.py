@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from factory.sandbox import docker_image_status
+from factory.sandbox import docker_image_status, drain_docker_pool
 from factory.tasks import Task
 from factory.verifiers import (
     BranchOutput,
@@ -107,33 +107,33 @@ def golden(local_reports, case, sandbox, expect_pass):
 
 @pytest.fixture(scope="module")
 def docker_reports():
-    """Every docker case's golden report, by (case id, expected to pass)."""
+    """Every docker case's golden report, by (case id, expected to pass): one batch, one pipeline, as on bwrap; the
+    branches' containers come pre-started from the docker pool, drained when the batch is done."""
     if not DOCKER_OK:
         pytest.skip(f"docker: {DOCKER_WHY}")
+    items = [(c, True) for c in DOCKER_CORRECT] + [(c, False) for c in DOCKER_EXPLOITS]
+    try:
+        return asyncio.run(_verify_batch("docker", items, DOCKER_CONCURRENCY))
+    finally:
+        drain_docker_pool()
 
-    async def one(case, expect_pass, gate):
-        async with gate:
-            pipeline = VerificationPipeline({"tests": TestsVerifier(reference_sandbox="docker")})
-            correct, exploits = ([case], []) if expect_pass else ([], [case])
-            return (case.id, expect_pass), await run_golden("tests", pipeline, correct, exploits, "docker")
 
-    async def batch():
-        gate = asyncio.Semaphore(DOCKER_CONCURRENCY)
-        return dict(await asyncio.gather(*[one(c, True, gate) for c in DOCKER_CORRECT],
-                                         *[one(c, False, gate) for c in DOCKER_EXPLOITS]))
-
-    return asyncio.run(batch())
+def docker_golden(docker_reports, case, expect_pass):
+    report = docker_reports[(case.id, expect_pass)]
+    if isinstance(report, BaseException):
+        raise report
+    return report
 
 
 @pytest.mark.parametrize("case", DOCKER_CORRECT, ids=[f"{c.id}-docker" for c in DOCKER_CORRECT])
 def test_correct_solutions_pass_on_docker(case, docker_reports):
-    report = docker_reports[(case.id, True)]
+    report = docker_golden(docker_reports, case, True)
     assert report.false_negatives == [], report.false_negatives
 
 
 @pytest.mark.parametrize("case", DOCKER_EXPLOITS, ids=[f"{c.id}-docker" for c in DOCKER_EXPLOITS])
 def test_exploit_never_passes_on_docker(case, docker_reports):
-    report = docker_reports[(case.id, False)]
+    report = docker_golden(docker_reports, case, False)
     assert report.false_positives == [], report.false_positives
     assert len(report.caught) == 1
 
