@@ -87,8 +87,7 @@ class _Branches:
         messages = self.messages(run_id, task_id, branch_index)
         if messages is None:
             return "branch_index", (f"run {run_id} has no branch {branch_index} of task {task_id} that is an "
-                                    "outcome (see: factory query \"SELECT task_id, branch_index, status FROM "
-                                    f"branches WHERE run_id = '{run_id}'\")")
+                                    f"outcome (its branches and their statuses: factory view, run {run_id})")
         if turn is not None:
             turns = len(assistant_message_indexes(messages))
             if turn >= turns:

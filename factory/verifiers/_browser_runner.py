@@ -264,7 +264,7 @@ class Runner:
         else:
             raise ValueError(f"unknown action {kind!r} (one of {', '.join(ACTIONS)})")
 
-    async def execute(self, actions: list[Any]) -> dict[str, Any]:
+    async def perform(self, actions: list[Any]) -> dict[str, Any]:
         steps = []
         deadline = time.monotonic() + self.config["execute_timeout_s"]
         for index, action in enumerate(actions[: self.config["max_steps"]]):
@@ -314,7 +314,7 @@ async def _main(config: dict[str, Any]) -> None:
                 if request.get("op") == "open":
                     reply = await runner.open()
                 elif request.get("op") == "execute":
-                    reply = await runner.execute(list(request.get("actions") or []))
+                    reply = await runner.perform(list(request.get("actions") or []))
                 else:
                     break
                 writer.write((json.dumps(reply) + "\n").encode())
