@@ -90,7 +90,7 @@ class ExecutionBackend(abc.ABC):
         return None
 
     @abc.abstractmethod
-    async def execute(self, runner: RolloutForkRunner, jobs: Sequence[BranchJob],
+    async def run_branches(self, runner: RolloutForkRunner, jobs: Sequence[BranchJob],
                       emit: Callable[[BranchResult], None], stopped: Callable[[], bool]) -> None:
         """Run ``jobs``, calling ``emit`` once with each finished branch, in finishing order.
 
@@ -131,7 +131,7 @@ class LocalBackend(ExecutionBackend):
 
     name = "local"
 
-    async def execute(self, runner: RolloutForkRunner, jobs: Sequence[BranchJob],
+    async def run_branches(self, runner: RolloutForkRunner, jobs: Sequence[BranchJob],
                       emit: Callable[[BranchResult], None], stopped: Callable[[], bool]) -> None:
         todo = iter(jobs)  # one event loop: taking the next job needs no lock
         host = "local"

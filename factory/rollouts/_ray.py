@@ -313,7 +313,7 @@ class RayBackend(ExecutionBackend):
             max_restarts=WORKER_RESTARTS, max_task_retries=WORKER_RESTARTS, scheduling_strategy="SPREAD")
         return [actor.remote(recipe) for _ in range(count)]
 
-    async def execute(self, runner: RolloutForkRunner, jobs: Sequence[BranchJob],
+    async def run_branches(self, runner: RolloutForkRunner, jobs: Sequence[BranchJob],
                       emit: Callable[[BranchResult], None], stopped: Callable[[], bool]) -> None:
         if not jobs:
             return

@@ -529,7 +529,7 @@ class RolloutForkRunner:
             finished.put_nowait(result)
 
         with sandbox_owner(self.run_id):  # the workers' sandboxes go in this run's folder
-            workers = [asyncio.create_task(self.backend.execute(self, plan, emit, lambda: bool(fatal)))]
+            workers = [asyncio.create_task(self.backend.run_branches(self, plan, emit, lambda: bool(fatal)))]
         workers[0].add_done_callback(lambda _: finished.put_nowait(None))
         buffer: list[BranchResult] = []
         live = len(workers)
