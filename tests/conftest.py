@@ -85,9 +85,14 @@ def tiny_model(tmp_path_factory) -> str:
 @pytest.fixture(scope="session")
 def exported_run(tmp_path_factory) -> Path:
     """A store holding run ``r1`` to export and train on: three tasks x four verified branches (see tests/_runs.py)."""
+    import shutil
+
     from tests._runs import build_exported_run
 
-    return build_exported_run(tmp_path_factory.mktemp("export-run"))
+    db = build_exported_run(tmp_path_factory.mktemp("export-run"))
+    # exports record their outputs in the store they read: a pristine copy for fixtures that need it unchanged
+    shutil.copyfile(db, db.with_name(f"{db.stem}-pristine{db.suffix}"))
+    return db
 
 
 def pytest_collection_modifyitems(config, items):

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError, model_serializer
 
 from factory.errors import RecordError
 from factory.provenance import content_hash
@@ -115,6 +115,14 @@ class RunManifest(Record):
     #: What a run's results depend on, hashed into ``config_hash`` (not versions or paths).
     RESULT_KEYS: ClassVar[tuple[str, ...]] = (
         "dataset_hash", "model", "branches", "sampling", "agent", "sandbox", "limits", "memory")
+
+    @model_serializer(mode="wrap")
+    def _local_runs_stay_as_before(self, handler: Any) -> dict[str, Any]:
+        # a local run's manifest is stored exactly as before execution backends existed (no backend key)
+        data = handler(self)
+        if data.get("backend") is None:
+            data.pop("backend", None)
+        return data
 
     def config_hash(self) -> str:
         """Hash of the result-determining part (the same hash the unversioned manifest dict gave)."""

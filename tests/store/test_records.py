@@ -171,7 +171,8 @@ def test_the_current_code_writes_the_same_shapes_plus_the_version(golden, export
 
     old_manifest, old_events = shapes(golden, "r1")
     new_manifest, new_events = shapes(exported_run, "r1")
-    assert new_manifest == old_manifest | {"schema_version"}
+    # the execution backend is recorded since the committed database was written (absent there: local)
+    assert new_manifest == old_manifest | {"schema_version", "backend"}
     shared = set(old_events) & set(new_events)
     assert shared >= {"run_start", "model_call", "tool_call", "tool_result", "final_answer", "verdict"}
     added = {"tool_call": {"origin"}}  # recorded since the committed database was written (read as None there)

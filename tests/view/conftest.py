@@ -15,7 +15,8 @@ from factory.cli import main
 def view_db(exported_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of the exported run's store, ranked by ``factory rank`` (so rank, reward and strength are stored)."""
     db = tmp_path_factory.mktemp("view-run") / "run.duckdb"
-    shutil.copyfile(exported_run, db)
+    # the pristine copy: other tests' exports from the shared run record outputs in it
+    shutil.copyfile(exported_run.with_name(f"{exported_run.stem}-pristine{exported_run.suffix}"), db)
     result = CliRunner().invoke(main, ["rank", "r1", "--db", str(db), "--bootstrap", "10"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     return db
