@@ -117,16 +117,11 @@ class Episodes:
     def __init__(self, sandbox: str = "bwrap", *, verifiers: Sequence[str] | None = None, concurrency: int = 2,
                  tool_timeout_s: float | None = None, summary_bytes: int | None = None, hack_penalty: float = 0.4):
         from factory.rollouts import AgentConfig
-        from factory.sandbox import SandboxLimits, sandbox_names
-        from factory.verifiers import build_pipeline, is_objective
+        from factory.sandbox import SandboxLimits
+        from factory.trainers._rewards import objective_selection
+        from factory.verifiers import build_pipeline
 
-        if sandbox not in sandbox_names():
-            raise ConfigError(f"unknown sandbox {sandbox!r} (use one of: {', '.join(sandbox_names())})")
-        chosen = set(verifiers) if verifiers is not None else None
-        opinions = sorted(name for name in chosen or () if not is_objective(name))
-        if opinions:
-            raise ConfigError(f"{', '.join(opinions)}: an opinion (the LLM judge), not an objective verifier; "
-                              "GRPO rewards come from objective ones")
+        chosen = objective_selection(sandbox, verifiers)
         agent = AgentConfig()
         self.sandbox = sandbox
         self.limits = SandboxLimits()

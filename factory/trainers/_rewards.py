@@ -65,6 +65,25 @@ def _run_coroutine(coroutine: Any) -> Any:
     return box["value"]
 
 
+def objective_selection(sandbox: str, verifiers: Sequence[str] | None) -> set[str] | None:
+    """The verifiers a reward may use, checked: a known sandbox, and only objective verifiers (None: all of them).
+
+    Raises:
+        ConfigError: An unknown sandbox, or an opinion (the LLM judge) among ``verifiers``.
+    """
+    from factory.sandbox import sandbox_names
+    from factory.verifiers import is_objective
+
+    if sandbox not in sandbox_names():
+        raise ConfigError(f"unknown sandbox {sandbox!r} (use one of: {', '.join(sandbox_names())})")
+    chosen = set(verifiers) if verifiers is not None else None
+    opinions = sorted(name for name in chosen or () if not is_objective(name))
+    if opinions:
+        raise ConfigError(f"{', '.join(opinions)}: an opinion (the LLM judge), not an objective verifier; "
+                          "GRPO rewards come from objective ones")
+    return chosen
+
+
 class VerifierReward:
     """A TRL reward function that scores completions with the task's objective verifiers.
 
@@ -84,16 +103,9 @@ class VerifierReward:
     def __init__(self, sandbox: str = "bwrap", *, verifiers: Sequence[str] | None = None, concurrency: int = 2,
                  tool_timeout_s: float = 30.0):
         from factory.rollouts import AGENT_TOOLS
-        from factory.sandbox import sandbox_names
-        from factory.verifiers import VerificationPipeline, is_objective
+        from factory.verifiers import VerificationPipeline
 
-        if sandbox not in sandbox_names():
-            raise ConfigError(f"unknown sandbox {sandbox!r} (use one of: {', '.join(sandbox_names())})")
-        chosen = set(verifiers) if verifiers is not None else None
-        opinions = sorted(name for name in chosen or () if not is_objective(name))
-        if opinions:
-            raise ConfigError(f"{', '.join(opinions)}: an opinion (the LLM judge), not an objective verifier; "
-                              "GRPO rewards come from objective ones")
+        chosen = objective_selection(sandbox, verifiers)
         self.sandbox = sandbox
         self.pipeline = VerificationPipeline(only=frozenset(chosen) if chosen is not None else None)
         self.concurrency = max(1, concurrency)
