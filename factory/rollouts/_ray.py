@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from factory.errors import ConfigError, RunError
+from factory.errors import ConfigError, FactoryError, RunError
 from factory.models import (
     CHILD_ENGINES,
     AdaptiveLimiter,
@@ -77,6 +77,7 @@ try:
         ObjectLostError,
         RayActorError,
         RayError,
+        RayTaskError,
         WorkerCrashedError,
     )
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -95,6 +96,8 @@ WORKER_RESTARTS = 3
 RESUBMITS = 2
 #: Seconds the node check may take (it starts one sandbox on each node).
 NODE_CHECK_TIMEOUT_S = 120.0
+#: Seconds the model host may take to load an in-process engine (as ``ChildEngineModel`` allows).
+MODEL_LOAD_TIMEOUT_S = 900.0
 
 
 @dataclass(frozen=True)
@@ -134,22 +137,47 @@ class _ActorModel:
 
 
 class ModelHost:
-    """Owns one in-process engine (``local``, ``hf``) for the whole cluster; workers call :meth:`chat`."""
+    """Owns one in-process engine (``local``, ``hf``) for the whole cluster; workers call :meth:`chat`.
+
+    The engine runs in this actor's own child process, as :func:`create_model` starts it anywhere (a
+    native crash there is an :class:`~factory.errors.EngineCrashedError`, which stops the run). A model
+    that cannot load does not fail the actor's creation: :meth:`describe` raises its error, so that the
+    driver reports it as ``create_model`` would.
+    """
 
     def __init__(self, spec: str, options: ModelOptions):
-        self.model = create_model(spec, options)
+        self.model: ChatModel | None = None
+        self.error: Exception | None = None
+        self.calls = 0
+        try:
+            self.model = create_model(spec, options)
+        except Exception as exc:
+            self.error = exc
+
+    def _loaded(self) -> ChatModel:
+        if self.model is None:
+            raise self.error or RunError("the model host holds no model")
+        return self.model
+
+    async def describe(self) -> dict[str, Any]:
+        """The engine's spec and where it runs: this actor's node and pid, the engine's pid, calls served."""
+        model = self._loaded()
+        return {"spec": model.spec, "node": _node_label(), "pid": os.getpid(),
+                "engine_pid": getattr(model, "pid", None), "calls": self.calls}
 
     async def chat(self, messages: list[Message], tools: list[ToolSpec] | None, temperature: float,
                    seed: int | None, max_tokens: int) -> ChatResponse:
-        return await self.model.chat(messages, tools, temperature=temperature, seed=seed, max_tokens=max_tokens)
+        self.calls += 1
+        return await self._loaded().chat(messages, tools, temperature=temperature, seed=seed, max_tokens=max_tokens)
 
     async def preflight(self) -> None:
-        check = getattr(self.model, "preflight", None)
+        check = getattr(self._loaded(), "preflight", None)
         if check is not None:
             await check()
 
     async def aclose(self) -> None:
-        await self.model.aclose()
+        if self.model is not None:
+            await self.model.aclose()
 
 
 class BranchWorker:
@@ -239,6 +267,7 @@ class RayBackend(ExecutionBackend):
     def __init__(self, options: BackendOptions | None = None) -> None:
         super().__init__(options)
         self._host: Any = None
+        self._host_cpus = 0.0  # what the model host holds of the cluster's CPUs
         self._workers: list[Any] = []
         self._where: dict[int, tuple[str, int]] = {}  # worker -> (node, pid), once it is up
 
@@ -260,14 +289,34 @@ class RayBackend(ExecutionBackend):
         return {"name": self.name, "address": self.options.address or "local", "workers": self.options.workers}
 
     def model(self, spec: str) -> ChatModel:
-        """An in-process engine is loaded once, in a ``ModelHost`` actor; anything else is a client here too."""
+        """An in-process engine is loaded once, in a ``ModelHost`` actor; anything else is a client here too.
+
+        Raises:
+            FactoryError: The engine cannot load (its own error, as :func:`create_model` raises it here).
+        """
         if spec.partition(":")[0] not in CHILD_ENGINES:
             return create_model(spec, self.options.model_options)
         self._connect()
         threads = self.options.model_options.threads or 1
+        self._host_cpus = min(threads, self._cpus())
         self._host = ray.remote(ModelHost).options(
-            num_cpus=min(threads, self._cpus()), max_concurrency=1024).remote(spec, self.options.model_options)
-        return _ActorModel(self._host, spec)
+            num_cpus=self._host_cpus, max_concurrency=1024).remote(spec, self.options.model_options)
+        try:  # loaded before the run is written, as create_model loads it for ``local``
+            info = ray.get(self._host.describe.remote(), timeout=MODEL_LOAD_TIMEOUT_S)
+        except RayTaskError as exc:
+            cause = exc.cause
+            raise cause if isinstance(cause, FactoryError) else ConfigError(
+                f"{spec}: the model host failed: {type(cause).__name__}: {cause}") from None
+        except (RayActorError, GetTimeoutError) as exc:
+            message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ConfigError(f"{spec}: the model host did not start: {message}") from None
+        return _ActorModel(self._host, info["spec"])
+
+    def model_host(self) -> dict[str, Any] | None:
+        """Where the in-process engine runs and the calls it served (``ModelHost.describe``); None without one."""
+        if self._host is None:
+            return None
+        return ray.get(self._host.describe.remote(), timeout=60.0)
 
     def _cpus(self) -> float:
         return float(ray.cluster_resources().get("CPU", 1.0))
@@ -302,7 +351,7 @@ class RayBackend(ExecutionBackend):
     # ------------------------------------------------------------ running
 
     def _start_workers(self, runner: RolloutForkRunner) -> list[Any]:
-        cpus = self._cpus()
+        cpus = max(0.0, self._cpus() - self._host_cpus)  # the model host's CPUs are not the workers'
         count = self.options.workers or max(1, int(cpus))
         recipe = _Recipe(run_id=runner.run_id, config=runner.config, model_spec=runner.model.spec,
                          model_options=self.options.model_options, model_host=self._host,
@@ -366,10 +415,13 @@ class RayBackend(ExecutionBackend):
             await self._stop_workers()
 
     async def _stop_workers(self) -> None:
-        workers, self._workers, self._where = self._workers, [], {}
-        closing = [worker.close.remote() for worker in workers]
-        with contextlib.suppress(Exception):
-            await asyncio.to_thread(ray.wait, closing, num_returns=len(closing), timeout=10.0)
+        workers, where, self._workers, self._where = self._workers, self._where, [], {}
+        # Only a worker that is up closes itself; one never started (no CPU free for it) has nothing
+        # to close and would hold the wait to its timeout.
+        closing = [workers[index].close.remote() for index in where if index < len(workers)]
+        if closing:
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(ray.wait, closing, num_returns=len(closing), timeout=10.0)
         for worker in workers:  # one that did not end by itself
             with contextlib.suppress(Exception):
                 ray.kill(worker, no_restart=True)

@@ -24,7 +24,8 @@ import duckdb
 import pytest
 
 from factory.errors import ConfigError
-from factory.rollouts import BackendOptions, ForkConfig, LocalRayCluster, RolloutForkRunner, create_backend
+from factory.models import ModelOptions
+from factory.rollouts import AgentConfig, BackendOptions, ForkConfig, LocalRayCluster, RolloutForkRunner, create_backend
 from factory.sandbox import sandbox_root
 from factory.store import RunManifest, Store
 from factory.tasks import Task
@@ -114,6 +115,82 @@ def test_ray_stores_every_branch_once_and_equals_local(cluster, tmp_path, replay
         assert RunManifest.from_stored(store.run("local")["config"]).backend == {"name": "local"}
 
 
+QUESTIONS = [Task(id=f"q{i}", prompt=f"What is {i} + {i}?", answer=str(2 * i)) for i in range(3)]
+
+
+def _engines_under(folder: Path) -> dict[int, int]:
+    """Engine processes (``factory.models._engine_host``) descended from a process whose command line
+    names ``folder`` (a cluster's raylets do: its temp folder), each with its parent; Linux ``/proc``."""
+    procs: dict[int, tuple[int, str]] = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            procs[int(entry.name)] = (parent, (entry / "cmdline").read_bytes().decode(errors="replace"))
+        except (OSError, ValueError, IndexError):
+            continue
+
+    def in_cluster(pid: int) -> bool:
+        while pid in procs and pid > 1:
+            pid, command = procs[pid]
+            if str(folder) in command:
+                return True
+        return False
+
+    return {pid: parent for pid, (parent, command) in procs.items()
+            if "factory.models._engine_host" in command and in_cluster(pid)}
+
+
+def test_an_in_process_model_is_loaded_once_in_a_model_host_and_answers_as_local(cluster, tmp_path, tiny_model,
+                                                                                 one_torch_thread):
+    """``hf:`` under ray: one engine in one ModelHost actor serves every worker; answers equal local's.
+
+    The tiny model is random, so its answers are nonsense, but they are the same nonsense: greedy at
+    temperature 0, and at temperature 1 seeded per branch (one torch thread in both engines), so
+    every branch's text and token counts must match the local backend's exactly.
+    """
+    spec = f"hf:{tiny_model}"
+    config = ForkConfig(branches=2, concurrency=4, temperatures=(0.0, 1.0), sandbox="none",
+                        agent=AgentConfig(max_tokens=6))
+    seen: dict = {}
+
+    async def fork(store, run_id, engine, model, during=None):
+        runner = RolloutForkRunner(model, store, config, run_id=run_id, backend=engine)
+        try:
+            async for _ in runner.run(QUESTIONS):
+                if during is not None and not seen:
+                    during(engine)
+            if during is not None:
+                seen["calls"] = engine.model_host()["calls"]
+        finally:
+            await model.aclose()
+            await engine.aclose()
+
+    def look(engine):  # mid-run (the host lives until the backend closes): where the engine is
+        seen["host"] = engine.model_host()
+        seen["engines"] = _engines_under(cluster.temp_dir)
+
+    with Store.open(tmp_path / "run.duckdb") as store:
+        # local: the same engine in this process (torch is loaded here already; a child would load it again)
+        local = create_backend("local", BackendOptions(model_options=ModelOptions(threads=1, in_process=True)))
+        asyncio.run(fork(store, "local", local, local.model(spec)))
+        remote = create_backend("ray", BackendOptions(address=cluster.address,
+                                                      model_options=ModelOptions(threads=1)))
+        model = remote.model(spec)  # the host actor has loaded it by now
+        assert model.spec == spec
+        asyncio.run(fork(store, "ray", remote, model, during=look))
+        rows, expected = branch_rows(store, "ray"), branch_rows(store, "local")
+        assert len(rows) == len(QUESTIONS) * 2
+        compared = ("status", "final_answer", "temperature", "seed", "input_tokens", "output_tokens", "model")
+        assert {k: tuple(row[c] for c in compared) for k, row in rows.items()} == \
+               {k: tuple(row[c] for c in compared) for k, row in expected.items()}
+        assert {row["output_tokens"] for row in rows.values()} != {0}  # it generated
+    host = seen["host"]
+    # One engine in the whole cluster, a child of the model host (none under a worker), and it served
+    # every branch's call.
+    assert seen["engines"] == {host["engine_pid"]: host["pid"]}
+    assert seen["calls"] == len(QUESTIONS) * 2  # one turn per branch (answer-only tasks), every one served there
+
+
 def _turns(row: dict) -> list[dict]:
     return [message for message in json.loads(row["trajectory"]) if message["role"] != "tool"]
 
@@ -147,6 +224,122 @@ def test_worker_killed_mid_branch_is_rerun_and_stored_once(cluster, tmp_path, re
     assert not list(sandbox_root().glob(f"k-{pid}*"))
     ps = subprocess.run(["ps", "-eo", "pid,cmd"], capture_output=True, text=True).stdout
     assert not [line for line in ps.splitlines() if "bwrap" in line and f"k-{pid}" in line]
+
+
+#: A branch that holds its sandbox in a long command: the first try is killed in it, the re-run's
+#: command times out (tool_timeout_s) and the branch then submits.
+HOLD = Task(id="hold", prompt="Wait for the build, then submit.", files={"notes.txt": "wait\n"})
+HOLD_TURNS = [
+    {"prompt_contains": "Wait for the build", "turn": 0,
+     "response": {"text": "", "tool_calls": [{"name": "run", "arguments": {"command": "sleep 29.75"}}]}},
+    {"prompt_contains": "Wait for the build", "turn": 1,
+     "response": {"text": "", "tool_calls": [{"name": "submit", "arguments": {"answer": "built"}}]}},
+]
+
+
+def _processes() -> dict[int, str]:
+    """Every process's command line (arguments joined by spaces); Linux ``/proc``."""
+    found = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            found[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+    return found
+
+
+def _docker_containers(folder_prefix: str) -> list[str]:
+    """Sandbox containers (running or not) whose folder label starts with ``folder_prefix``."""
+    listed = subprocess.run(["docker", "ps", "-a", "--filter", "label=factory.sandbox", "--format",
+                             '{{.ID}} {{.Label "factory.sandbox.folder"}}'],
+                            capture_output=True, text=True, timeout=60, check=True).stdout
+    rows = [line.split() for line in listed.splitlines()]
+    return [row[0] for row in rows if len(row) == 2 and row[1].startswith(folder_prefix)]
+
+
+def kill_worker_holding_a_sandbox(cluster, tmp_path, replay_file, sandbox: str) -> dict:
+    """Fork HOLD on one Ray worker; kill -9 that worker while its branch runs in its sandbox.
+
+    Returns what was seen when it was killed (its pid, sandbox folder, the sandbox's processes) and the
+    stored branches, after the run ended.
+    """
+    run_id = f"leak-{sandbox}-{os.getpid()}-{time.monotonic_ns() % 10**6}"  # its own folders, whoever else runs
+    prefix = str(sandbox_root() / f"{run_id}-")
+    replay = replay_file(HOLD_TURNS)
+    engine = create_backend("ray", BackendOptions(address=cluster.address, workers=1))
+    model = engine.model(f"replay:{replay}")
+    config = ForkConfig(branches=1, concurrency=1, sandbox=sandbox, agent=AgentConfig(max_turns=3, tool_timeout_s=3))
+    seen: dict = {}
+
+    async def kill_in_sandbox():
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            folders = [f for f in sandbox_root().glob(f"{run_id}-*")
+                       if re.fullmatch(rf"{re.escape(run_id)}-\d+", f.name)]
+            sleeping = [pid for pid, command in _processes().items() if command.strip() == "sleep 29.75"]
+            if folders and sleeping:  # the branch's command runs in its sandbox
+                folder = folders[0]
+                worker = int(folder.name.rsplit("-", 1)[1])
+                held = {pid: command for pid, command in _processes().items() if str(folder) in command}
+                containers = _docker_containers(str(folder)) if sandbox == "docker" else []
+                os.kill(worker, signal.SIGKILL)
+                seen.update(worker=worker, folder=folder, held=held, containers=containers, sleeping=sleeping)
+                return
+            await asyncio.sleep(0.05)
+
+    with Store.open(tmp_path / "run.duckdb") as store:
+        runner = RolloutForkRunner(model, store, config, run_id=run_id, backend=engine)
+
+        async def go():
+            killer = asyncio.create_task(kill_in_sandbox())
+            try:
+                return [result async for result in runner.run([HOLD])]
+            finally:
+                killer.cancel()
+                await model.aclose()
+                await engine.aclose()
+
+        results = asyncio.run(go())
+        seen["rows"] = branch_rows(store, run_id)
+    seen["results"] = results
+    seen["prefix"] = prefix
+    return seen
+
+
+def assert_rerun_once_and_nothing_left(seen: dict) -> None:
+    assert "worker" in seen, "the branch never ran its command in a sandbox"
+    rows = seen["rows"]
+    assert list(rows) == [("hold", 0)] and len(seen["results"]) == 1
+    row = rows[("hold", 0)]
+    assert row["status"] == "ok" and row["final_answer"] == "built"  # re-run on the restarted worker
+    assert "timed out" in json.dumps(json.loads(row["tool_call_sequence"])[0]).lower()
+    # Nothing of the dead worker's sandbox is left: no folder of the run, no process in or on it.
+    assert not [f for f in sandbox_root().glob(f"{Path(seen['prefix']).name}*")]
+    assert not [pid for pid, command in _processes().items()
+                if str(seen["folder"]) in command or pid in seen["sleeping"]]
+
+
+def test_a_killed_workers_bwrap_sandbox_does_not_leak(cluster, tmp_path, replay_file):
+    seen = kill_worker_holding_a_sandbox(cluster, tmp_path, replay_file, "bwrap")
+    # It was killed holding a live sandbox: bwrap processes running on its folder.
+    assert any("bwrap" in command for command in seen.get("held", {}).values()), seen.get("held")
+    assert_rerun_once_and_nothing_left(seen)
+
+
+@pytest.mark.slow  # a container per try and the engine's round trips: opt in with -m slow
+def test_a_killed_workers_docker_sandbox_does_not_leak(cluster, tmp_path, replay_file):
+    from factory.sandbox import docker_available, docker_image_status
+
+    ok, why = docker_available()
+    if not ok:
+        pytest.skip(f"no docker engine: {why}")
+    ok, why = docker_image_status()
+    if not ok:
+        pytest.skip(f"the sandbox image is missing: {why}")
+    seen = kill_worker_holding_a_sandbox(cluster, tmp_path, replay_file, "docker")
+    assert seen.get("containers"), "the killed worker held no container"
+    assert_rerun_once_and_nothing_left(seen)
+    assert _docker_containers(seen["prefix"]) == []  # no container of the run, running or stopped
 
 
 def _stored(db: Path, run_id: str) -> int:
