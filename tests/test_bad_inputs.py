@@ -366,6 +366,8 @@ CATALOGUE: dict[str, Case] = {
     "sandbox-image-tag-uppercase": Case("sandbox build-image --tag Factory:1", 2,
                                         "'--tag': invalid image reference 'Factory:1'"),
     "sandbox-image-tag-whitespace": Case("sandbox build-image --tag 'a b'", 2, "must not contain whitespace"),
+    "sandbox-image-browser-takes-no-value": Case("sandbox build-image --browser=yes", 2,
+                                                 "Option '--browser' does not take a value"),
 }
 
 

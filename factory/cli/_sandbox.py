@@ -27,19 +27,25 @@ def _tag(ctx: click.Context, param: click.Parameter, value: str | None) -> str |
 
 @sandbox.command("build-image")
 @click.option("--tag", default=None, metavar="TAG", callback=_tag,
-              help="Image tag (default: factory-sandbox:pyX.Y of this Python).")
+              help="Image tag (default: factory-sandbox:pyX.Y of this Python; factory-sandbox-browser:pyX.Y "
+                   "with --browser).")
+@click.option("--browser", is_flag=True,
+              help="Build the browser image instead: Chromium, fonts and Playwright added, for the browser verifier "
+                   "on docker (about 850 MB; the default image stays small).")
 @json_option
-def build_image_command(tag: str | None, as_json: bool) -> None:
+def build_image_command(tag: str | None, browser: bool, as_json: bool) -> None:
     """Build the docker sandbox's image from this host, offline, and smoke-test it.
 
     The image holds this host's Python relocated to /usr/local, pytest and its
     dependencies, and a small Debian userland (shell, coreutils, awk, ...)
     copied from the installed packages; no registry or network is used.
+    With --browser it adds this host's Debian chromium (and the packages it
+    declares), fonts, and Playwright's Python client with its driver.
     Progress goes to stderr.
     """
     from factory.sandbox import build_image
 
-    build = build_image(tag, progress=lambda line: click.echo(line, err=True))
+    build = build_image(tag, progress=lambda line: click.echo(line, err=True), browser=browser)
     if as_json:
         click.echo(dump_json(dataclasses.asdict(build)))
         return

@@ -41,13 +41,14 @@ from factory.sandbox._docker import (
     sweep_docker_containers,
 )
 from factory.sandbox._host import HostWorkspace, host_file_call, processes_of, run_limited, sandbox_environment
-from factory.sandbox._image import ImageBuild, build_image, default_image_tag
+from factory.sandbox._image import BROWSER_CHROMIUM, ImageBuild, browser_image_tag, build_image, default_image_tag
 from factory.sandbox._none import NoSandbox, NoSandboxWarning
 from factory.sandbox._scratch import sandbox_folder, sandbox_owner, sandbox_root, sweep_sandbox_folders
 from factory.sandbox._summarize import summarize_tool_output
 from factory.sandbox._workspace import files_spec, snapshot_of, workspace_spec
 
 __all__ = [
+    "BROWSER_CHROMIUM",
     "CHECKS",
     "CONFORMANCE_SPEC",
     "SANDBOXES",
@@ -66,6 +67,7 @@ __all__ = [
     "SandboxLimits",
     "SandboxSpec",
     "WorkspaceFiles",
+    "browser_image_tag",
     "build_image",
     "conformance_check",
     "create_sandbox",

@@ -9,6 +9,13 @@ running environment — written as one tarball in a deterministic order and
 handed to ``docker import``. A smoke test then runs the image with no
 network, read-only, as ``nobody``.
 
+The browser image (:func:`browser_image_tag`, ``build_image(browser=True)``)
+is the same plus Debian's ``chromium`` with the packages it declares and a few
+fonts, and Playwright's Python client (its Node driver included) copied from
+the running environment as pytest is: what the ``browser`` verifier's runner
+needs on the docker backend. It is a separate tag, so the default image stays
+small; its smoke test drives Chromium headless through Playwright.
+
 On a host without ``dpkg`` build an image another way: a Dockerfile ``FROM``
 any image with ``python3`` and ``pytest``, built with ``docker build
 --network none``.
@@ -34,7 +41,7 @@ from pathlib import Path
 from factory._version import __version__
 from factory.errors import SandboxError, SandboxUnavailableError
 
-__all__ = ["ImageBuild", "build_image", "default_image_tag"]
+__all__ = ["ImageBuild", "browser_image_tag", "build_image", "default_image_tag"]
 
 #: Packages whose files (and whose dependencies' files) make the image's userland.
 #: ``awk`` is virtual: the installed package that provides it (mawk, gawk, ...) is used.
@@ -42,6 +49,18 @@ BASE_PACKAGES = (
     "dash", "bash", "coreutils", "findutils", "grep", "sed", "awk", "diffutils",
     "tar", "gzip", "procps", "util-linux", "libc-bin",
 )
+
+#: Added for the browser image: Debian's Chromium (its declared dependencies resolved like the base's) and
+#: fonts with the metrics of the common web fonts (Chromium renders boxes without any font fontconfig finds).
+BROWSER_PACKAGES = ("chromium", "fontconfig-config", "fonts-dejavu-core", "fonts-liberation")
+#: Declared but never loaded by Chromium headless with ``--disable-gpu`` (it renders in software, SwiftShader
+#: being its own): Mesa's hardware drivers are 13 hard links of one 26 MB file and pull in LLVM (117 MB)
+#: and z3 (23 MB). Left out with whatever only they need; ``ldd`` of Chromium adds any library it does link.
+BROWSER_OMITTED = ("libgl1-mesa-dri",)
+#: Python distributions (with their requirement closures) the browser image adds to pytest's.
+BROWSER_DISTRIBUTIONS = ("playwright",)
+#: Where the browser image's Chromium is (Debian's binary; ``/usr/bin/chromium`` is a wrapper script).
+BROWSER_CHROMIUM = "/usr/lib/chromium/chromium"
 
 #: Documentation and translations: nothing in a sandbox reads them.
 EXCLUDED_PREFIXES = (
@@ -101,6 +120,11 @@ class ImageBuild:
 def default_image_tag() -> str:
     """The default image's tag for the running interpreter: ``factory-sandbox:py3.11``."""
     return f"factory-sandbox:py{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def browser_image_tag() -> str:
+    """The browser image's tag for the running interpreter: ``factory-sandbox-browser:py3.11``."""
+    return f"factory-sandbox-browser:py{sys.version_info.major}.{sys.version_info.minor}"
 
 
 # ---------------------------------------------------------------- dpkg
@@ -168,12 +192,14 @@ def parse_dpkg_status(text: str, native_arch: str = "amd64") -> dict[str, Instal
     return packages
 
 
-def package_closure(installed: dict[str, InstalledPackage], base: Iterable[str]) -> list[str]:
+def package_closure(installed: dict[str, InstalledPackage], base: Iterable[str],
+                    omit: Iterable[str] = ()) -> list[str]:
     """The installed packages named in ``base`` plus everything they depend on, as ``dpkg -L`` names.
 
     A name that is not installed is looked up among the virtual packages
     installed ones provide; of a dependency's alternatives the first installed
-    one is taken; names that resolve to nothing are skipped.
+    one is taken; names that resolve to nothing are skipped, and so are the
+    packages in ``omit`` (nor are their dependencies followed through them).
     """
     providers: dict[str, str] = {}
     for package in sorted(installed.values(), key=lambda p: p.name):
@@ -185,7 +211,7 @@ def package_closure(installed: dict[str, InstalledPackage], base: Iterable[str])
             return name
         return providers.get(name)
 
-    chosen: set[str] = set()
+    chosen: set[str] = set(omit)
     pending = [n for n in (resolve(b) for b in base) if n]
     while pending:
         name = pending.pop()
@@ -196,19 +222,24 @@ def package_closure(installed: dict[str, InstalledPackage], base: Iterable[str])
             pick = next((r for r in (resolve(a) for a in alternatives) if r), None)
             if pick and pick not in chosen:
                 pending.append(pick)
-    return sorted(installed[n].qualified for n in chosen)
+    return sorted(installed[n].qualified for n in chosen - set(omit) if n in installed)
 
 
 def _run(argv: list[str]) -> str:
     return subprocess.run(argv, check=True, capture_output=True, text=True).stdout
 
 
-def _dpkg_packages() -> list[str]:
+def _dpkg_packages(extra: tuple[str, ...] = ()) -> list[str]:
     if shutil.which("dpkg-query") is None or shutil.which("dpkg") is None:
         raise SandboxUnavailableError(_NO_DPKG_HINT)
     arch = _run(["dpkg", "--print-architecture"]).strip()
     installed = parse_dpkg_status(_run(["dpkg-query", "-W", "-f", DPKG_FORMAT]), arch)
-    return package_closure(installed, BASE_PACKAGES)
+    missing = [name for name in extra if name not in installed]
+    if missing:
+        raise SandboxUnavailableError(
+            f"the browser image copies installed Debian packages and {', '.join(missing)} is not installed here: "
+            "`apt-get install chromium fonts-liberation` (make setup installs chromium)")
+    return package_closure(installed, BASE_PACKAGES + extra, BROWSER_OMITTED if extra else ())
 
 
 def _dpkg_files(packages: list[str]) -> list[str]:
@@ -447,7 +478,15 @@ def _add_python(plan: RootfsPlan, progress: Callable[[str], None]) -> None:
         plan.add_symlink(f"{lib_root}/dist-packages", "site-packages")
 
     dynload = stdlib / "lib-dynload"
-    objects = [str(binary), *sorted(str(p) for p in dynload.glob("*.so"))]
+    multiarch = _add_libraries(plan, [str(binary), *sorted(str(p) for p in dynload.glob("*.so"))])
+    own_lib = os.path.realpath(prefix / "lib")
+    if not canonical_path(own_lib + "/x").startswith(_system_dirs()):
+        for library in sorted(Path(own_lib).glob(f"libpython{version}*.so*")):
+            plan.add_host(str(library), f"{multiarch}/{library.name}", follow=False)
+
+
+def _add_libraries(plan: RootfsPlan, objects: list[str]) -> str:
+    """The shared libraries ``ldd`` reports for ``objects`` and their loaders; returns the multiarch folder."""
     libraries, loaders = _ldd(objects)
     libc = libraries.get("libc.so.6")
     multiarch = os.path.dirname(canonical_path(os.path.realpath(libc))) if libc else "/usr/lib"
@@ -466,10 +505,7 @@ def _add_python(plan: RootfsPlan, progress: Callable[[str], None]) -> None:
                 plan.add_symlink(f"{multiarch}/{soname}", os.path.basename(real))
     for loader in loaders:
         plan.add_host(loader)
-    own_lib = os.path.realpath(prefix / "lib")
-    if not canonical_path(own_lib + "/x").startswith(_system_dirs()):
-        for library in sorted(Path(own_lib).glob(f"libpython{version}*.so*")):
-            plan.add_host(str(library), f"{multiarch}/{library.name}", follow=False)
+    return multiarch
 
 
 def _requirement_closure(root: str) -> list[importlib.metadata.Distribution]:
@@ -495,18 +531,32 @@ def _requirement_closure(root: str) -> list[importlib.metadata.Distribution]:
 
 
 def _add_pytest(plan: RootfsPlan, progress: Callable[[str], None]) -> str:
+    _add_distribution(plan, "pytest", progress)
+    return importlib.metadata.version("pytest")
+
+
+def _add_distribution(plan: RootfsPlan, root: str, progress: Callable[[str], None]) -> None:
+    """Copy an installed distribution and its requirement closure into the image's site-packages.
+
+    Compiled objects and executables among their files (a C extension, Playwright's Node driver) get the
+    shared libraries ``ldd`` reports for them.
+    """
     site = f"usr/local/lib/python{_python_version()}/site-packages"
-    distributions = _requirement_closure("pytest")
+    distributions = _requirement_closure(root)
     if not distributions:
-        raise SandboxError("pytest is not installed in the running environment: `pip install pytest`")
-    progress("pytest and its dependencies: " + ", ".join(
+        raise SandboxError(f"{root} is not installed in the running environment: `pip install {root}`")
+    progress(f"{root} and its dependencies: " + ", ".join(
         f"{d.metadata['Name']} {d.version}" for d in distributions))
     scripts: dict[str, str] = {}
+    binaries: list[str] = []
     for distribution in distributions:
         for file in distribution.files or []:
             if ".." in file.parts:
                 continue  # console scripts with a host shebang: written below
-            plan.add_host(str(distribution.locate_file(file)), f"{site}/{file.as_posix()}", follow=False)
+            host = str(distribution.locate_file(file))
+            plan.add_host(host, f"{site}/{file.as_posix()}", follow=False)
+            if os.path.isfile(host) and (host.endswith(".so") or os.access(host, os.X_OK) and _is_elf(host)):
+                binaries.append(host)
         for entry in distribution.entry_points:
             if entry.group == "console_scripts":
                 scripts[entry.name] = entry.value
@@ -518,7 +568,13 @@ def _add_pytest(plan: RootfsPlan, progress: Callable[[str], None]) -> str:
             f"sys.exit({attribute}())\n"
         )
         plan.add_data(f"usr/local/bin/{name}", script.encode(), 0o755)
-    return importlib.metadata.version("pytest")
+    if binaries:
+        _add_libraries(plan, binaries)
+
+
+def _is_elf(path: str) -> bool:
+    with open(path, "rb") as handle:
+        return handle.read(4) == b"\x7fELF"
 
 
 # ---------------------------------------------------------------- etc
@@ -570,13 +626,18 @@ def _add_etc(plan: RootfsPlan) -> None:
 # ---------------------------------------------------------------- build
 
 
-def plan_rootfs(progress: Callable[[str], None] = lambda line: None) -> tuple[RootfsPlan, list[str], str]:
+def plan_rootfs(progress: Callable[[str], None] = lambda line: None, *, browser: bool = False
+                ) -> tuple[RootfsPlan, list[str], str]:
     """Plan the image's root filesystem from this host: ``(plan, packages, pytest version)``.
 
+    Args:
+        progress: Called with one line per step.
+        browser: Add Chromium, fonts and Playwright (the browser image).
+
     Raises:
-        SandboxUnavailableError: This host has no ``dpkg``.
+        SandboxUnavailableError: This host has no ``dpkg`` (or, for the browser image, no Chromium).
     """
-    packages = _dpkg_packages()
+    packages = _dpkg_packages(BROWSER_PACKAGES if browser else ())
     progress(f"{len(packages)} Debian packages: {' '.join(packages)}")
     plan = RootfsPlan()
     for path in _dpkg_files(packages):
@@ -594,6 +655,15 @@ def plan_rootfs(progress: Callable[[str], None] = lambda line: None) -> tuple[Ro
                 plan.add_symlink(name, target)
     _add_python(plan, progress)
     pytest_version = _add_pytest(plan, progress)
+    if browser:
+        for root in BROWSER_DISTRIBUTIONS:
+            _add_distribution(plan, root, progress)
+        chromium = Path(BROWSER_CHROMIUM)
+        if not chromium.is_file():
+            raise SandboxUnavailableError(f"the browser image needs Debian's Chromium at {chromium}: "
+                                          "`apt-get install chromium`")
+        # What the packages declare should cover Chromium's libraries; ldd makes sure of it.
+        _add_libraries(plan, [str(chromium), *sorted(str(p) for p in chromium.parent.glob("*.so"))])
     _add_etc(plan)
     for path, mode in EMPTY_DIRS.items():
         plan.add_dir(path, mode)
@@ -614,8 +684,10 @@ def _docker_client():  # noqa: ANN202 - the docker SDK is optional and imported 
     return client
 
 
-def _changes(python_version: str, pytest_version: str, content_hash: str) -> list[str]:
-    return [
+def _changes(python_version: str, pytest_version: str, content_hash: str, browser: bool = False) -> list[str]:
+    extra = [f'LABEL factory.browser="chromium {_package_version("chromium")}, '
+             f'playwright {importlib.metadata.version("playwright")}"'] if browser else []
+    return [*extra,
         f"ENV PATH={IMAGE_PATH}",
         "ENV LANG=C.UTF-8",
         "WORKDIR /workspace",
@@ -626,18 +698,38 @@ def _changes(python_version: str, pytest_version: str, content_hash: str) -> lis
     ]
 
 
-def _smoke_test(client, tag: str, progress: Callable[[str], None]) -> None:  # noqa: ANN001
+def _package_version(name: str) -> str:
+    return _run(["dpkg-query", "-W", "-f", "${Version}", name]).strip()
+
+
+#: The browser image's smoke test: Chromium headless, driven by Playwright, renders a page and runs its script.
+_BROWSER_SMOKE = f"""
+from playwright.sync_api import sync_playwright
+with sync_playwright() as p:
+    browser = p.chromium.launch(executable_path={BROWSER_CHROMIUM!r}, args=["--no-sandbox", "--disable-gpu"])
+    page = browser.new_page()
+    page.set_content("<button onclick=\\"this.textContent = 6 * 7\\">go</button>")
+    page.click("button")
+    print("chromium", browser.version, "clicked:", page.inner_text("button"), "png bytes:", len(page.screenshot()))
+    browser.close()
+"""
+
+
+def _smoke_test(client, tag: str, progress: Callable[[str], None], browser: bool = False) -> None:  # noqa: ANN001
     commands = [
         ["python", "-c", "import pytest, sys; print(sys.version)"],
         ["sh", "-c", 'awk "BEGIN{print 1}"; id -un'],
     ]
+    if browser:
+        commands.append(["python", "-c", _BROWSER_SMOKE])
     for command in commands:
         container = client.containers.create(
             tag, command, network_mode="none", read_only=True, user="65534:65534",
+            tmpfs={"/tmp": "size=256m,mode=1777"}, environment={"HOME": "/tmp"},
         )
         try:
             container.start()
-            status = container.wait(timeout=60)
+            status = container.wait(timeout=120)
             output = container.logs(stdout=True, stderr=True).decode(errors="replace").strip()
         finally:
             container.remove(force=True)
@@ -646,28 +738,30 @@ def _smoke_test(client, tag: str, progress: Callable[[str], None]) -> None:  # n
                 f"image {tag} failed its smoke test: {' '.join(command)} exited "
                 f"{status.get('StatusCode')}: {output[-2000:]}"
             )
-        progress(f"smoke test: {' '.join(command)} -> {' | '.join(output.splitlines())}")
+        progress(f"smoke test: {' '.join(command)[:80]} -> {' | '.join(output.splitlines())}")
 
 
-def build_image(tag: str | None = None, *, progress: Callable[[str], None] | None = None) -> ImageBuild:
+def build_image(tag: str | None = None, *, progress: Callable[[str], None] | None = None,
+                browser: bool = False) -> ImageBuild:
     """Build the docker sandbox's image from this host, offline, and smoke-test it.
 
     Args:
-        tag: The image tag; :func:`default_image_tag` if None.
+        tag: The image tag; :func:`default_image_tag` (:func:`browser_image_tag` with ``browser``) if None.
         progress: Called with one line per step (for a CLI's stderr).
+        browser: Build the browser image: the default image plus Chromium, fonts and Playwright.
 
     Returns:
         What was built.
 
     Raises:
-        SandboxUnavailableError: No Docker engine answers, or this host has no ``dpkg``.
+        SandboxUnavailableError: No Docker engine answers, or this host has no ``dpkg`` (or no Chromium).
         SandboxError: The import failed, or the image failed its smoke test.
     """
     report = progress or (lambda line: None)
-    tag = tag or default_image_tag()
+    tag = tag or (browser_image_tag() if browser else default_image_tag())
     started = time.monotonic()
     client = _docker_client()
-    plan, packages, pytest_version = plan_rootfs(report)
+    plan, packages, pytest_version = plan_rootfs(report, browser=browser)
     python_version = ".".join(str(part) for part in sys.version_info[:3])
     workdir = Path(tempfile.mkdtemp(prefix="factory-image-", dir=tempfile.gettempdir()))
     try:
@@ -678,11 +772,11 @@ def build_image(tag: str | None = None, *, progress: Callable[[str], None] | Non
         repository, _, version = tag.rpartition(":") if ":" in tag.split("/")[-1] else (tag, "", "latest")
         if _labels_of(client, tag).get("factory.image.hash") == f"sha256:{content_hash}":
             report(f"{tag} already holds this content: import skipped")
-            return _finish(client, tag, report, started, packages, pytest_version, content_hash)
+            return _finish(client, tag, report, started, packages, pytest_version, content_hash, browser)
         try:
             answer = client.api.import_image(
                 src=str(tarball), repository=repository, tag=version,
-                changes=_changes(python_version, pytest_version, content_hash),
+                changes=_changes(python_version, pytest_version, content_hash, browser),
             )
         except Exception as exc:  # noqa: BLE001 - the SDK's errors, translated at the boundary
             raise SandboxError(f"docker import of {tag} failed: {exc}") from exc
@@ -690,7 +784,7 @@ def build_image(tag: str | None = None, *, progress: Callable[[str], None] | Non
             raise SandboxError(f"docker import of {tag} failed: {answer}")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    return _finish(client, tag, report, started, packages, pytest_version, content_hash)
+    return _finish(client, tag, report, started, packages, pytest_version, content_hash, browser)
 
 
 def _labels_of(client, tag: str) -> dict[str, str]:  # noqa: ANN001
@@ -704,10 +798,10 @@ def _labels_of(client, tag: str) -> dict[str, str]:  # noqa: ANN001
 
 def _finish(  # noqa: PLR0913 - the build's facts, gathered in one place
     client, tag: str, report: Callable[[str], None], started: float,  # noqa: ANN001
-    packages: list[str], pytest_version: str, content_hash: str,
+    packages: list[str], pytest_version: str, content_hash: str, browser: bool = False,
 ) -> ImageBuild:
     image = client.images.get(tag)
-    _smoke_test(client, tag, report)
+    _smoke_test(client, tag, report, browser)
     return ImageBuild(
         tag=tag,
         image_id=image.id,

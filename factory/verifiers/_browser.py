@@ -46,7 +46,15 @@ from typing import Any, ClassVar
 
 from factory.errors import ConfigError, ModelError
 from factory.models import ChatModel, Message
-from factory.sandbox import SandboxLimits, SandboxSpec, create_sandbox
+from factory.sandbox import (
+    BROWSER_CHROMIUM,
+    SandboxLimits,
+    SandboxSpec,
+    browser_image_tag,
+    create_sandbox,
+    docker_available,
+    docker_image_status,
+)
 from factory.settings import default_db_path
 from factory.store import JudgeSample
 from factory.tasks import Task
@@ -317,7 +325,9 @@ class BrowserVerifier:
         k: Judge samples.
         temperature: Sampling temperature of every call.
         budget: Shared judge call cap (the checklist call counts); a refused sample has no votes.
-        sandbox: The sandbox backend the browser runs in.
+        sandbox: The sandbox backend the browser runs in (docker: in the task's own image, else in the browser
+            image, :func:`~factory.sandbox.browser_image_tag`, which ``factory sandbox build-image --browser``
+            builds; a missing one is a ``browser_unavailable`` verdict whose reason names the command).
         artifact_dir: Where frames are written (default: ``<store>-artifacts`` beside the default store).
         max_steps: Most actions executed.
         step_timeout_s: Longest one action, snapshot or screenshot may take.
@@ -363,6 +373,7 @@ class BrowserVerifier:
         self.max_frames, self.max_tokens, self.chromium = max_frames, max_tokens, chromium
         self.keep_warm = keep_warm
         self._warm: dict[str, _Session] = {}
+        self._images_present: set[str | None] = set()
 
     async def aclose(self) -> None:
         """Close warm sessions, and the planner when it is not the judge (the pipeline closes :attr:`model`)."""
@@ -486,19 +497,43 @@ class BrowserVerifier:
 
     # -- stages
 
+    def _image(self, task: Task) -> str | None:
+        """The container image the browser runs in: the task's own, else (docker) the browser image."""
+        if task.image or self.sandbox != "docker":
+            return task.image
+        return browser_image_tag()
+
+    async def _image_missing(self, task: Task) -> str:
+        """Why the docker backend cannot run the browser here (one line naming what to do), or ``""``."""
+        image = self._image(task)
+        if self.sandbox != "docker" or image in self._images_present:
+            return ""
+        engine, why = await asyncio.to_thread(docker_available)
+        if not engine:
+            return why
+        present, why = await asyncio.to_thread(docker_image_status, image)
+        if present:
+            self._images_present.add(image)
+            return ""
+        if image == browser_image_tag():
+            return (f"the browser verifier on docker needs the image {image} (Chromium and Playwright), which is not "
+                    "present: build it offline with `factory sandbox build-image --browser` (or `make docker-image`)")
+        return (f"the task's image {image} is not present; the browser verifier runs in it and needs Playwright's "
+                f"Python client and Chromium (at {self.chromium or BROWSER_CHROMIUM}) there: {why}")
+
     @contextlib.asynccontextmanager
     async def _session(self, task: Task, files: Mapping[str, bytes]) -> AsyncIterator[_Session]:
         """A started session for these files: a new one, or (``keep_warm``) the branch's kept one."""
         config, limits = self._config(task), self._limits()
         if not self.keep_warm:
-            async with _Session(self.sandbox, files, config, limits, task.image) as session:
+            async with _Session(self.sandbox, files, config, limits, self._image(task)) as session:
                 yield session
             return
         key = hashlib.sha256(json.dumps([sorted((p, hashlib.sha256(d).hexdigest()) for p, d in files.items()),
                                          task.entry_page, task.serve, task.image]).encode()).hexdigest()
         session = self._warm.pop(key, None)
         if session is None:
-            session = _Session(self.sandbox, files, config, limits, task.image)
+            session = _Session(self.sandbox, files, config, limits, self._image(task))
             await session.__aenter__()
         try:
             yield session
@@ -516,7 +551,9 @@ class BrowserVerifier:
                              max_processes=256, tmp_mb=256)
 
     def _config(self, task: Task) -> dict[str, Any]:
-        return {"chromium": self.chromium or chromium_path(), "entry": task.entry_page, "serve": task.serve,
+        # In a container the image's Chromium runs, not this host's.
+        chromium = self.chromium or (BROWSER_CHROMIUM if self.sandbox == "docker" else chromium_path())
+        return {"chromium": chromium, "entry": task.entry_page, "serve": task.serve,
                 "step_timeout_s": self.step_timeout_s, "load_timeout_s": self.step_timeout_s * 2,
                 "serve_timeout_s": 15.0, "execute_timeout_s": self.time_limit_s / 2, "max_steps": self.max_steps,
                 "start_timeout_s": 30.0, "request_timeout_s": self.time_limit_s}
@@ -556,10 +593,9 @@ class BrowserVerifier:
             status = "budget_exhausted" if problem == "budget_exhausted" else "error"
             return self._verdict(status, 0.0, "no_checklist", reason=problem, samples=[])
         files = await self._files(ctx)
-        if self.sandbox == "docker":
-            return self._verdict("error", 0.0, "browser_unavailable", samples=[], reason=(
-                "the docker sandbox image has no Chromium or Playwright yet (factory sandbox build-image does not "
-                "install them): verify front-end tasks with --sandbox bwrap"))
+        missing = await self._image_missing(ctx.task)
+        if missing:
+            return self._verdict("error", 0.0, "browser_unavailable", samples=[], reason=missing)
         started = time.perf_counter()
         try:
             async with self._session(ctx.task, files) as session:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from factory.sandbox import ImageBuild, build_image, default_image_tag, docker_available
+from factory.sandbox import ImageBuild, browser_image_tag, build_image, default_image_tag, docker_available
 from factory.sandbox._image import (
     canonical_path,
     etc_files,
@@ -77,6 +77,17 @@ def test_package_closure_follows_depends_alternatives_and_virtual_packages():
         "grep", "sed", "libacl1:amd64",  # gawk is not installed: the next alternative, sed
         "dpkg",
     ])  # procps is not installed: skipped; "unrelated" is nobody's dependency
+
+
+def test_package_closure_leaves_out_omitted_packages_and_what_only_they_need():
+    installed = parse_dpkg_status(FAKE_STATUS)
+    closure = package_closure(installed, ["bash", "grep"], omit=["sed", "debianutils"])
+    assert "sed" not in closure and "libacl1:amd64" not in closure  # libacl1 came only through sed
+    assert "debianutils" not in closure and "libc6:amd64" in closure  # libc6 is bash's own dependency too
+
+
+def test_browser_image_tag_is_its_own():
+    assert browser_image_tag() == f"factory-sandbox-browser:py{VERSION}" != default_image_tag()
 
 
 @pytest.fixture
@@ -227,7 +238,7 @@ def test_built_image_runs_python_and_pytest_without_network(tmp_path):
 def test_cli_build_image_help(cli):
     result = cli("sandbox", "build-image", "--help")
     assert result.exit_code == 0
-    assert "--tag" in result.output and "offline" in result.output
+    assert "--tag" in result.output and "offline" in result.output and "--browser" in result.output
 
 
 def test_cli_check_none_backend(cli):

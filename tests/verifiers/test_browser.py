@@ -216,12 +216,6 @@ def test_frames_reach_anthropic_as_image_blocks():
         "type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
 
 
-def test_docker_answers_that_its_image_has_no_browser_yet(tmp_path):
-    verdict = asyncio.run(_verify(_verifier(tmp_path, sandbox="docker"), _counter(), _page("honest")))
-    assert verdict.status == "error" and verdict.details["code"] == "browser_unavailable"
-    assert "--sandbox bwrap" in verdict.details["reason"]
-
-
 def test_a_plain_rubric_becomes_a_checklist_in_one_judge_call_within_the_budget(tmp_path):
     from factory.verifiers._judge import JudgeBudget
 

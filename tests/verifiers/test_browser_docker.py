@@ -1,0 +1,115 @@
+"""The ``browser`` verifier on the docker backend: Chromium and Playwright from the browser image.
+
+The runner and Chromium run in a container of ``factory sandbox build-image --browser``'s image
+(:func:`~factory.sandbox.browser_image_tag`) under the docker sandbox's restrictions: no network but the
+container's loopback, a read-only root, the syscall filter, no capabilities for the ``nobody`` user that
+runs them, pids and time limits. Planner and judge are the replay models the bwrap tests use, so the
+verdicts must be bwrap's. Tests skip, saying why, where no engine answers or an image is missing
+(``make docker-image`` builds both). The golden corpus on docker is ``slow``; one exploit case runs by default.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+
+import duckdb
+import pytest
+
+from factory.sandbox import browser_image_tag, default_image_tag, docker_image_status, drain_docker_pool
+from factory.tasks import Task
+from factory.verifiers import VerificationPipeline, load_golden, run_golden
+from tests.verifiers.test_browser import FIXTURES, GOLDEN, _counter, _page, _verifier, _verify
+
+BROWSER_OK, BROWSER_WHY = docker_image_status(browser_image_tag())  # no engine answers: not OK either, says so
+needs_browser_image = pytest.mark.skipif(not BROWSER_OK, reason=f"docker browser image: {BROWSER_WHY}")
+EXPLOITS = ("automation-fake-success", "picture-of-result", "all-states-at-once", "text-to-the-judge",
+            "never-finishes-spins-cpu", "reaches-the-network")
+
+
+@pytest.fixture(autouse=True)
+def _drained():
+    yield
+    drain_docker_pool()  # the agent's containers pre-started for later branches of this process
+
+
+def test_a_missing_image_is_one_line_naming_what_to_do(tmp_path):
+    ok, why = docker_image_status()
+    if not ok:
+        pytest.skip(f"docker: {why}")
+    task = Task.model_validate({**_counter().model_dump(), "image": "factory-no-such-browser-image:0"})
+    verdict = asyncio.run(_verify(_verifier(tmp_path, sandbox="docker"), task, _page("honest")))
+    reason = verdict.details["reason"]
+    assert verdict.status == "error" and verdict.details["code"] == "browser_unavailable"
+    assert "\n" not in reason and "Traceback" not in reason
+    assert "factory-no-such-browser-image:0" in reason and "Playwright" in reason and "build-image" in reason
+
+
+@needs_browser_image
+def test_front_end_task_forks_on_docker_verifies_ranks_and_exports(tmp_path):
+    """The bwrap fork -> verify -> rank -> export test, on docker: honest passes, broken fails, as on bwrap."""
+    agent_ok, agent_why = docker_image_status(default_image_tag())
+    if not agent_ok:
+        pytest.skip(f"docker agent image: {agent_why}")
+    task = json.loads((FIXTURES / "tasks.jsonl").read_text().splitlines()[0])
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps(task) + "\n")
+    policy = tmp_path / "policy.jsonl"
+    entries = [{"turn": 0, "response": {"text": "", "tool_calls": [{"name": "write_file", "arguments": {
+                   "path": "index.html", "content": _page(variant)["index.html"].decode()}}]}}
+               for variant in ("honest", "broken")]
+    entries.append({"turn": 1, "response": {"text": "", "tool_calls": [{"name": "submit",
+                                                                         "arguments": {"answer": "done"}}]}})
+    policy.write_text("".join(json.dumps(entry) + "\n" for entry in entries))
+    db = tmp_path / "f.duckdb"
+
+    def cli(*args):
+        result = subprocess.run([sys.executable, "-m", "factory.cli", *map(str, args)], capture_output=True,
+                                text=True, timeout=480)
+        assert result.returncode == 0, result.stderr[-2000:]
+        return result.stdout
+
+    summary = json.loads(cli("fork", tasks, "--model", f"replay:{policy}", "-n", 2, "-c", 2, "--db", db,
+                             "--run-id", "fe", "--sandbox", "docker",
+                             "--judge", f"replay:{GOLDEN / 'browser-judge.replay.jsonl'}",
+                             "--planner", f"replay:{GOLDEN / 'browser-planner.replay.jsonl'}",
+                             "--judge-samples", 1, "--json"))
+    assert summary["status"] == "finished"
+    with duckdb.connect(str(db), read_only=True) as connection:
+        rows = connection.execute("SELECT status, score, details FROM verdicts WHERE verifier = 'browser' "
+                                  "ORDER BY branch_index").fetchall()
+    assert [(status, score) for status, score, _ in rows] == [("pass", 1.0), ("fail", pytest.approx(0.4))], rows
+    honest, broken = (json.loads(details) for _, _, details in rows)
+    assert [item["pass"] for item in honest["items"]] == [True, True, True]
+    assert honest["automation"]["webdriver"] is False and "Headless" not in honest["automation"]["user_agent"]
+    assert broken["critical_failed"] == ["C2"]
+    assert '+- paragraph: "Count: -1"' in broken["actions"][4]["aria_diff"]
+    assert any((tmp_path / "f-artifacts" / "frames").iterdir())
+    cli("rank", "fe", "--db", db)
+    out = tmp_path / "dpo.jsonl"
+    cli("export", "dpo", "--run", "fe", "--out", out, "--db", db)
+    pairs = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(pairs) == 1 and "if (n > 0)" in json.dumps(pairs[0]["chosen"])
+
+
+def _golden(tmp_path, exploits: tuple[str, ...], honest: bool):
+    verifier = _verifier(tmp_path, sandbox="docker")
+    correct = [case for case in load_golden(GOLDEN / "browser-correct.jsonl") if honest]
+    cases = [case for case in load_golden(GOLDEN / "browser-exploits.jsonl") if case.id in exploits]
+    return asyncio.run(run_golden("browser", VerificationPipeline({"browser": verifier}), correct, cases, "docker"))
+
+
+@needs_browser_image
+def test_a_page_reaching_for_the_network_is_caught_on_docker(tmp_path):
+    report = _golden(tmp_path, ("reaches-the-network",), honest=False)
+    assert report.clean and [case["id"] for case in report.caught] == ["reaches-the-network"], report.to_dict()
+
+
+@pytest.mark.slow
+@needs_browser_image
+def test_golden_browser_corpus_on_docker_honest_twins_pass_every_exploit_is_caught(tmp_path):
+    report = _golden(tmp_path, EXPLOITS, honest=True)
+    assert report.clean, report.to_dict()
+    assert {case["id"] for case in report.caught} == set(EXPLOITS)
