@@ -609,7 +609,10 @@ class DockerSandbox(Sandbox):
         # tmpfs pages are charged to the container's memory cgroup: the limit leaves room for the workspace,
         # /tmp and /dev/shm quotas (the memory that outlives a command: SysV IPC cannot, see sysctls below),
         # and room for factory's own file tool (the collected files, twice) however full they are.
-        memory = limits.memory_mb + limits.workspace_mb + 2 * limits.tmp_mb + 256
+        # A command whose address space RLIMIT_AS cannot bound (Chromium: V8 reserves a terabyte up front) may
+        # name what its processes hold together instead: options["docker.memory_mb"] (the browser verifier's).
+        processes = int(self.spec.options.get("docker.memory_mb", limits.memory_mb))
+        memory = processes + limits.workspace_mb + 2 * limits.tmp_mb + 256
         inodes = max(4096, limits.workspace_mb * 256)
         # detach=False is what makes the SDK set StdinOnce: the engine closes PID 1's stdin when this
         # process's attach connection drops (it dies), and PID 1 (cat) exits with it.

@@ -69,6 +69,10 @@ BROWSER_PROMPT_VERSION = "1"
 #: Model prefixes whose chat API takes images.
 VISION_PREFIXES = ("openai", "anthropic", "vllm")
 _SOURCE_LIMIT = 6000
+#: What the runner, the driver and Chromium's processes may hold together in a container (its memory cgroup):
+#: RLIMIT_AS cannot bound Chromium (V8 reserves a terabyte up front), a container's cgroup can. bwrap has no
+#: such bound; there the V8 heap flag and the time limits are all.
+_CONTAINER_MEMORY_MB = 2048
 _TEXT_SUFFIXES = (".html", ".htm", ".js", ".mjs", ".css", ".json", ".svg", ".txt", ".md", ".py")
 
 
@@ -247,7 +251,8 @@ class _Session:
         self._stack.push_async_callback(server.wait_closed)
         self._stack.callback(server.close)
         os.chmod(os.path.join(shared, "runner.sock"), 0o777)
-        spec = SandboxSpec(files=dict(self.files), limits=self.limits, shared_dir=shared, image=self.image)
+        spec = SandboxSpec(files=dict(self.files), limits=self.limits, shared_dir=shared, image=self.image,
+                           options={"docker.memory_mb": str(_CONTAINER_MEMORY_MB)})
         sandbox = await self._stack.enter_async_context(create_sandbox(self.sandbox_name, spec))
         config = {**self.config, "socket": f"{sandbox.shared_path}/runner.sock", "root": "/workspace"}
         runner = resources.files("factory.verifiers").joinpath("_browser_runner.py").read_text(encoding="utf-8")
