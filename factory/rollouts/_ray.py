@@ -111,6 +111,7 @@ class _Recipe:
     model_host: Any  # ModelHost's actor handle for an in-process engine; None: open the model on the worker
     pipeline: Callable[[], VerificationPipeline] | None
     concurrency: int  # branches at once on this worker
+    judge_budget: ClusterBudget | None = None  # the run's judge call cap, counted once for the cluster
 
 
 def _node_label() -> str:
@@ -180,6 +181,86 @@ class ModelHost:
             await self.model.aclose()
 
 
+class BudgetHost:
+    """The judge call budget of one run: one count for every worker of the cluster (a ``ClusterBudget``'s)."""
+
+    def __init__(self, cap: int):
+        self.cap, self.used, self.exhausted = cap, 0, 0
+
+    def take(self) -> bool:
+        if self.used < self.cap:
+            self.used += 1
+            return True
+        self.exhausted += 1
+        return False
+
+    def state(self) -> tuple[int, int]:
+        return self.used, self.exhausted
+
+
+class ClusterBudget:
+    """A judge budget (``JudgeBudget``'s interface) whose count lives in a ``BudgetHost`` actor.
+
+    Each worker builds its own verification pipeline, with a budget of its own; the workers' and
+    the driver's are replaced by one of these, so ``--judge-budget`` caps the run, not each worker.
+    :meth:`take` is synchronous, as the verifiers call it (claiming calls before any starts, in sample
+    order): a round trip to the actor, short beside the judge call it grants. Once the run ends the
+    driver's copy keeps the final count (:meth:`freeze`), for the summary.
+
+    Args:
+        host: The ``BudgetHost`` actor's handle.
+        cap: Calls allowed in all.
+    """
+
+    def __init__(self, host: Any, cap: int):
+        self.host = host
+        self.max_judge_calls_per_batch = cap
+        self._final: tuple[int, int] | None = None
+
+    def take(self) -> bool:
+        """Claim one call for the whole run: True if it is within the cap, else False (and counted)."""
+        return bool(ray.get(self.host.take.remote()))
+
+    def _state(self) -> tuple[int, int]:
+        return self._final if self._final is not None else tuple(ray.get(self.host.state.remote()))
+
+    @property
+    def used(self) -> int:
+        """Calls granted so far, on every worker."""
+        return self._state()[0]
+
+    @property
+    def exhausted(self) -> int:
+        """Calls refused so far, on every worker."""
+        return self._state()[1]
+
+    @property
+    def remaining(self) -> int:
+        """Calls still allowed."""
+        return max(0, self.max_judge_calls_per_batch - self.used)
+
+    def freeze(self) -> None:
+        """Keep the count as it is now (the actor is about to end)."""
+        with contextlib.suppress(Exception):
+            self._final = tuple(ray.get(self.host.state.remote(), timeout=10.0))
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"host": self.host, "max_judge_calls_per_batch": self.max_judge_calls_per_batch, "_final": None}
+
+
+def _judge_budgets(pipeline: VerificationPipeline | None) -> list[Any]:
+    """The verifiers of ``pipeline`` that hold a judge budget (the judge and the browser verifier share one)."""
+    if pipeline is None:
+        return []
+    return [verifier for verifier in pipeline.verifiers.values()
+            if hasattr(getattr(verifier, "budget", None), "max_judge_calls_per_batch")]
+
+
+def _share_budget(pipeline: VerificationPipeline | None, budget: ClusterBudget) -> None:
+    for verifier in _judge_budgets(pipeline):
+        verifier.budget = budget  # type: ignore[attr-defined]
+
+
 class BranchWorker:
     """One worker process: runs whole branches of one run on its node, ``recipe.concurrency`` at a time."""
 
@@ -209,6 +290,8 @@ class BranchWorker:
             model = ResilientModel(inner, limiter=AdaptiveLimiter(recipe.concurrency),
                                    breaker=CircuitBreaker(endpoint=recipe.model_options.base_url or inner.spec))
             pipeline = recipe.pipeline() if recipe.pipeline is not None else None
+            if recipe.judge_budget is not None:
+                _share_budget(pipeline, recipe.judge_budget)
             self._runner = RolloutForkRunner(model, None, recipe.config, run_id=recipe.run_id,  # type: ignore[arg-type]
                                              pipeline=pipeline)
         return self._runner
@@ -268,6 +351,7 @@ class RayBackend(ExecutionBackend):
         super().__init__(options)
         self._host: Any = None
         self._host_cpus = 0.0  # what the model host holds of the cluster's CPUs
+        self._budget: ClusterBudget | None = None  # the run's judge budget, shared by every worker
         self._workers: list[Any] = []
         self._where: dict[int, tuple[str, int]] = {}  # worker -> (node, pid), once it is up
 
@@ -356,11 +440,24 @@ class RayBackend(ExecutionBackend):
         recipe = _Recipe(run_id=runner.run_id, config=runner.config, model_spec=runner.model.spec,
                          model_options=self.options.model_options, model_host=self._host,
                          pipeline=self.options.pipeline,
-                         concurrency=math.ceil(runner.config.concurrency / count))
+                         concurrency=math.ceil(runner.config.concurrency / count),
+                         judge_budget=self._share_judge_budget(runner))
         actor = ray.remote(BranchWorker).options(
             num_cpus=min(1.0, cpus / count), max_concurrency=recipe.concurrency + 2,  # + where() and close()
             max_restarts=WORKER_RESTARTS, max_task_retries=WORKER_RESTARTS, scheduling_strategy="SPREAD")
         return [actor.remote(recipe) for _ in range(count)]
+
+    def _share_judge_budget(self, runner: RolloutForkRunner) -> ClusterBudget | None:
+        """One judge budget for the run, in an actor, if the run's pipeline has one (the driver's reads it too)."""
+        holders = _judge_budgets(runner.pipeline)
+        if not holders:
+            return None
+        if self._budget is None:
+            cap = holders[0].budget.max_judge_calls_per_batch
+            host = ray.remote(BudgetHost).options(num_cpus=0).remote(cap)
+            self._budget = ClusterBudget(host, cap)
+        _share_budget(runner.pipeline, self._budget)  # the summary counts the cluster's refusals
+        return self._budget
 
     async def run_branches(self, runner: RolloutForkRunner, jobs: Sequence[BranchJob],
                       emit: Callable[[BranchResult], None], stopped: Callable[[], bool]) -> None:
@@ -432,6 +529,11 @@ class RayBackend(ExecutionBackend):
 
     async def aclose(self) -> None:
         await self._stop_workers()
+        if self._budget is not None:
+            budget, self._budget = self._budget, None
+            await asyncio.to_thread(budget.freeze)
+            with contextlib.suppress(Exception):
+                ray.kill(budget.host, no_restart=True)
         if self._host is not None:
             host, self._host = self._host, None
             with contextlib.suppress(Exception):

@@ -229,12 +229,13 @@ def test_worker_killed_mid_branch_is_rerun_and_stored_once(cluster, tmp_path, re
 #: A branch that holds its sandbox in a long command: the first try is killed in it, the re-run's
 #: command times out (tool_timeout_s) and the branch then submits.
 HOLD = Task(id="hold", prompt="Wait for the build, then submit.", files={"notes.txt": "wait\n"})
-HOLD_TURNS = [
-    {"prompt_contains": "Wait for the build", "turn": 0,
-     "response": {"text": "", "tool_calls": [{"name": "run", "arguments": {"command": "sleep 29.75"}}]}},
-    {"prompt_contains": "Wait for the build", "turn": 1,
-     "response": {"text": "", "tool_calls": [{"name": "submit", "arguments": {"answer": "built"}}]}},
-]
+
+
+def hold_turns(command: str) -> list[dict]:
+    return [{"prompt_contains": "Wait for the build", "turn": 0,
+             "response": {"text": "", "tool_calls": [{"name": "run", "arguments": {"command": command}}]}},
+            {"prompt_contains": "Wait for the build", "turn": 1,
+             "response": {"text": "", "tool_calls": [{"name": "submit", "arguments": {"answer": "built"}}]}}]
 
 
 def _processes() -> dict[int, str]:
@@ -263,20 +264,21 @@ def kill_worker_holding_a_sandbox(cluster, tmp_path, replay_file, sandbox: str) 
     Returns what was seen when it was killed (its pid, sandbox folder, the sandbox's processes) and the
     stored branches, after the run ended.
     """
-    run_id = f"leak-{sandbox}-{os.getpid()}-{time.monotonic_ns() % 10**6}"  # its own folders, whoever else runs
+    unique = time.monotonic_ns() % 10**6  # its own folders and command line, whoever else runs this
+    run_id, command = f"leak-{sandbox}-{os.getpid()}-{unique}", f"sleep 29.{unique:06d}"
     prefix = str(sandbox_root() / f"{run_id}-")
-    replay = replay_file(HOLD_TURNS)
+    replay = replay_file(hold_turns(command))
     engine = create_backend("ray", BackendOptions(address=cluster.address, workers=1))
     model = engine.model(f"replay:{replay}")
     config = ForkConfig(branches=1, concurrency=1, sandbox=sandbox, agent=AgentConfig(max_turns=3, tool_timeout_s=3))
     seen: dict = {}
 
-    async def kill_in_sandbox():
+    async def kill_in_sandbox(command_line=command):
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:
             folders = [f for f in sandbox_root().glob(f"{run_id}-*")
                        if re.fullmatch(rf"{re.escape(run_id)}-\d+", f.name)]
-            sleeping = [pid for pid, command in _processes().items() if command.strip() == "sleep 29.75"]
+            sleeping = [pid for pid, command in _processes().items() if command.strip() == command_line]
             if folders and sleeping:  # the branch's command runs in its sandbox
                 folder = folders[0]
                 worker = int(folder.name.rsplit("-", 1)[1])
@@ -340,6 +342,42 @@ def test_a_killed_workers_docker_sandbox_does_not_leak(cluster, tmp_path, replay
     assert seen.get("containers"), "the killed worker held no container"
     assert_rerun_once_and_nothing_left(seen)
     assert _docker_containers(seen["prefix"]) == []  # no container of the run, running or stopped
+
+
+JUDGED = [Task(id=f"j{i}", prompt=f"Name the number {i}.", rubric="Names the number.") for i in range(8)]
+
+
+@pytest.mark.slow  # a third ray run, with two workers and a judge (opt in: -m slow)
+def test_the_judge_budget_caps_the_whole_run_not_each_worker(cluster, tmp_path, replay_file):
+    """--judge-budget 3 over 8 branches on two workers: 3 judge calls in all, 5 refused, counted once."""
+    policy = replay_file(_slow([{"response": {"text": "Final: a number", "usage": {
+        "input_tokens": 5, "output_tokens": 3}}}], 2.0))  # 8 s of branches: both workers are up before the end
+    judge = tmp_path / "judge.jsonl"
+    judge.write_text(json.dumps({"response": {"text": '{"score": 8, "reason": "named"}'}}) + "\n")
+    recipe = partial(build_pipeline, "none", judge_spec=f"replay:{judge}", judge_samples=1, judge_budget=3)
+    engine = create_backend("ray", BackendOptions(address=cluster.address, pipeline=recipe, workers=2))
+    model = engine.model(f"replay:{policy}")
+    pipeline = recipe()
+    with Store.open(tmp_path / "run.duckdb") as store:
+        runner = RolloutForkRunner(model, store, ForkConfig(branches=1, concurrency=2, sandbox="none"),
+                                   run_id="b", pipeline=pipeline, backend=engine)
+
+        async def go():
+            try:
+                return [result async for result in runner.run(JUDGED)]
+            finally:
+                await pipeline.aclose()
+                await engine.aclose()
+
+        results = asyncio.run(go())
+        samples = store.judgments("b")
+        assert len(branch_rows(store, "b")) == len(results) == 8
+    statuses = sorted(samples["status"].to_list())
+    assert statuses == ["budget_exhausted"] * 5 + ["ok"] * 3, statuses
+    budget = pipeline.verifiers["judge"].budget  # the driver's summary reads the cluster's count
+    assert (budget.used, budget.exhausted, budget.remaining) == (3, 5, 0)
+    # Two workers verified (each with a budget of 3 of its own, more than 3 calls would have been made).
+    assert len({result.node for result in results}) == 2, engine.node_counts
 
 
 def _stored(db: Path, run_id: str) -> int:
