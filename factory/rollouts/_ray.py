@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from factory.errors import ConfigError, FactoryError, RunError
+from factory.errors import ConfigError, EngineCrashedError, FactoryError, RunError
 from factory.models import (
     CHILD_ENGINES,
     AdaptiveLimiter,
@@ -127,8 +127,16 @@ class _ActorModel:
 
     async def chat(self, messages: Sequence[Message], tools: Sequence[ToolSpec] | None = None, *,
                    temperature: float = 0.7, seed: int | None = None, max_tokens: int = 1024) -> ChatResponse:
-        return await self.host.chat.remote(list(messages), None if tools is None else list(tools),
-                                           temperature, seed, max_tokens)
+        try:
+            return await self.host.chat.remote(list(messages), None if tools is None else list(tools),
+                                               temperature, seed, max_tokens)
+        except RayTaskError as exc:  # the engine's own error (a ModelError, a crash), as a local engine raises it
+            if isinstance(exc.cause, Exception):
+                raise exc.cause from None
+            raise
+        except RayActorError as exc:  # the host process itself is gone: as a crashed engine, it stops the run
+            message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise EngineCrashedError(f"{self.spec}: the model host died: {message}") from None
 
     async def preflight(self) -> None:
         await self.host.preflight.remote()
