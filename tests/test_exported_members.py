@@ -78,6 +78,9 @@ PRIVATE_IMPORTS_IN_TESTS = {
                                        "(internal to `factory train reward --ensemble`)",
     "tests/verifiers/test_browser.py": "checks the browser verifier's item parsing and scoring, the task parser, "
                                        "the Anthropic image translation and the judge budget (internal) directly",
+    "tests/verifiers/test_browser_plan.py": "checks the browser verifier's plan reading, repairs and default "
+                                            "exploration (internal) directly, and that its action list is the "
+                                            "sandboxed runner's",
     "tests/view/test_outputs.py": "holds the store's writer lock (internal to the store) to make it busy on purpose",
     "tests/memory/test_ann_index.py": "checks the HNSW index file (internal to the DuckDB memory backend) directly: "
                                       "reload, a torn file, a store changed behind it",

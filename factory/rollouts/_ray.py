@@ -362,10 +362,12 @@ class RayBackend(ExecutionBackend):
         self._budget: ClusterBudget | None = None  # the run's judge budget, shared by every worker
         self._workers: list[Any] = []
         self._where: dict[int, tuple[str, int]] = {}  # worker -> (node, pid), once it is up
+        self._connected = False  # this backend's ray.init made the session (it ends it)
 
     # ------------------------------------------------------------ cluster
 
     def _connect(self) -> None:
+        """Join (or start) the cluster, unless this process is connected already (then that session is used)."""
         if ray.is_initialized():
             return
         # Never report usage anywhere; a local cluster this starts listens on this host only.
@@ -373,6 +375,7 @@ class RayBackend(ExecutionBackend):
         try:
             ray.init(address=self.options.address, log_to_driver=False, logging_level=logging.WARNING,
                      namespace="factory")
+            self._connected = True
         except (ConnectionError, RuntimeError, ValueError) as exc:
             where = self.options.address or "a local cluster"
             raise ConfigError(f"--backend ray: cannot start or join {where}: {exc}") from exc
@@ -548,8 +551,11 @@ class RayBackend(ExecutionBackend):
                 await asyncio.to_thread(ray.get, host.aclose.remote(), timeout=30.0)
             with contextlib.suppress(Exception):
                 ray.kill(host, no_restart=True)
-        if ray.is_initialized():
-            ray.shutdown()  # a cluster this started ends with it; a joined one carries on
+        if self._connected and ray.is_initialized():
+            # A cluster this started ends with it; a joined one carries on. A session the caller opened
+            # (ray.init before the fork) is the caller's, and stays.
+            self._connected = False
+            ray.shutdown()
 
 
 def _finished(refs: list[Any]) -> list[tuple[Any, Any]]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import pty
 import re
@@ -42,15 +43,23 @@ TASKS = [Task(id=f"t{i}", prompt=f"What is {i} + {i}?", answer=str(2 * i)) for i
 
 @pytest.fixture(scope="module")
 def cluster():
-    """A head (1 CPU) and one worker node (1 CPU) on 127.0.0.1; stopped, every process of it, at the end."""
+    """A head (1 CPU) and one worker node (1 CPU) on 127.0.0.1; stopped, every process of it, at the end.
+
+    This process joins it once, as the driver of every test's backend (a backend uses the session it
+    finds and leaves it open): the tests share one Ray job, so a worker process one test's node check
+    started serves the next test's instead of a new one importing factory again.
+    """
     nodes = LocalRayCluster(workers=1, head_cpus=1, cpus_per_worker=1)
     try:
         nodes.start()
     except Exception as exc:  # no ray CLI, no sockets, a sandboxed CI: say why, run nothing
         pytest.skip(f"a local Ray cluster cannot start here: {str(exc)[-300:]}")
     try:
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        ray.init(address=nodes.address, log_to_driver=False, logging_level=logging.WARNING, namespace="factory")
         yield nodes
     finally:
+        ray.shutdown()
         nodes.stop()
 
 
@@ -270,7 +279,7 @@ def kill_worker_holding_a_sandbox(cluster, tmp_path, replay_file, sandbox: str) 
     replay = replay_file(hold_turns(command))
     engine = create_backend("ray", BackendOptions(address=cluster.address, workers=1))
     model = engine.model(f"replay:{replay}")
-    config = ForkConfig(branches=1, concurrency=1, sandbox=sandbox, agent=AgentConfig(max_turns=3, tool_timeout_s=3))
+    config = ForkConfig(branches=1, concurrency=1, sandbox=sandbox, agent=AgentConfig(max_turns=3, tool_timeout_s=2))
     seen: dict = {}
 
     async def kill_in_sandbox(command_line=command):
