@@ -96,6 +96,8 @@ WORKER_RESTARTS = 3
 RESUBMITS = 2
 #: Seconds the node check may take (it starts one sandbox on each node).
 NODE_CHECK_TIMEOUT_S = 120.0
+#: Seconds a worker may take to close (its docker containers removed) before it is killed.
+CLOSE_TIMEOUT_S = 30.0
 #: Seconds the model host may take to load an in-process engine (as ``ChildEngineModel`` allows).
 MODEL_LOAD_TIMEOUT_S = 900.0
 
@@ -317,13 +319,23 @@ class BranchWorker:
         return self.node, os.getpid()
 
     async def close(self) -> None:
-        """Close the model's clients and remove this process's sandbox folder (the driver then ends it)."""
+        """Close the model's clients, remove this process's containers and sandbox folder (the driver then ends it).
+
+        Docker removes a closed sandbox's container off the caller's path, and keeps containers started
+        ahead: both are waited for here, since the driver's ``ray.kill`` ends this process without its
+        exit handlers (the containers would still go, their holder gone, but after the run's end).
+        """
         if self._runner is not None:
             with contextlib.suppress(Exception):
                 await self._runner.model.aclose()
             if self._runner.pipeline is not None:
                 with contextlib.suppress(Exception):
                     await self._runner.pipeline.aclose()
+        if self.recipe.config.sandbox == "docker":
+            from factory.sandbox import drain_docker_pool
+
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(drain_docker_pool, CLOSE_TIMEOUT_S - 5.0)
         with sandbox_owner(self.recipe.run_id):  # its sandboxes are closed: the folder is empty
             shutil.rmtree(sandbox_folder(), ignore_errors=True)
 
@@ -342,6 +354,10 @@ def _check_node(sandbox: str, images: list[str | None], replay: str | None) -> d
 
             with sandbox_owner("node-check"):
                 asyncio.run(start_one())
+            if sandbox == "docker":  # no container started ahead outlives the check in this idle worker
+                from factory.sandbox import drain_docker_pool
+
+                drain_docker_pool()
         except Exception as exc:
             problems.append(f"sandbox {sandbox} cannot start there: {type(exc).__name__}: {exc}")
     if replay is not None and not os.access(replay, os.R_OK):
@@ -529,7 +545,7 @@ class RayBackend(ExecutionBackend):
         closing = [workers[index].close.remote() for index in where if index < len(workers)]
         if closing:
             with contextlib.suppress(Exception):
-                await asyncio.to_thread(ray.wait, closing, num_returns=len(closing), timeout=10.0)
+                await asyncio.to_thread(ray.wait, closing, num_returns=len(closing), timeout=CLOSE_TIMEOUT_S)
         for worker in workers:  # one that did not end by itself
             with contextlib.suppress(Exception):
                 ray.kill(worker, no_restart=True)
