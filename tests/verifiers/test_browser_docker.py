@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 
 import duckdb
 import pytest
@@ -48,8 +46,12 @@ def test_a_missing_image_is_one_line_naming_what_to_do(tmp_path):
 
 
 @needs_browser_image
-def test_front_end_task_forks_on_docker_verifies_ranks_and_exports(tmp_path):
-    """The bwrap fork -> verify -> rank -> export test, on docker: honest passes, broken fails, as on bwrap."""
+def test_front_end_task_forks_on_docker_verifies_ranks_and_exports(tmp_path, cli):
+    """The bwrap fork -> verify -> rank -> export test, on docker: honest passes, broken fails, as on bwrap.
+
+    The commands run in this process (the real click group): three more interpreters importing factory would
+    cost more than the two verifications.
+    """
     agent_ok, agent_why = docker_image_status(default_image_tag())
     if not agent_ok:
         pytest.skip(f"docker agent image: {agent_why}")
@@ -65,13 +67,12 @@ def test_front_end_task_forks_on_docker_verifies_ranks_and_exports(tmp_path):
     policy.write_text("".join(json.dumps(entry) + "\n" for entry in entries))
     db = tmp_path / "f.duckdb"
 
-    def cli(*args):
-        result = subprocess.run([sys.executable, "-m", "factory.cli", *map(str, args)], capture_output=True,
-                                text=True, timeout=480)
-        assert result.returncode == 0, result.stderr[-2000:]
+    def run(*args):
+        result = cli(*args)
+        assert result.exit_code == 0, result.output[-2000:]
         return result.stdout
 
-    summary = json.loads(cli("fork", tasks, "--model", f"replay:{policy}", "-n", 2, "-c", 2, "--db", db,
+    summary = json.loads(run("fork", tasks, "--model", f"replay:{policy}", "-n", 2, "-c", 1, "--db", db,
                              "--run-id", "fe", "--sandbox", "docker",
                              "--judge", f"replay:{GOLDEN / 'browser-judge.replay.jsonl'}",
                              "--planner", f"replay:{GOLDEN / 'browser-planner.replay.jsonl'}",
@@ -87,9 +88,9 @@ def test_front_end_task_forks_on_docker_verifies_ranks_and_exports(tmp_path):
     assert broken["critical_failed"] == ["C2"]
     assert '+- paragraph: "Count: -1"' in broken["actions"][4]["aria_diff"]
     assert any((tmp_path / "f-artifacts" / "frames").iterdir())
-    cli("rank", "fe", "--db", db)
+    run("rank", "fe", "--db", db)
     out = tmp_path / "dpo.jsonl"
-    cli("export", "dpo", "--run", "fe", "--out", out, "--db", db)
+    run("export", "dpo", "--run", "fe", "--out", out, "--db", db)
     pairs = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(pairs) == 1 and "if (n > 0)" in json.dumps(pairs[0]["chosen"])
 
