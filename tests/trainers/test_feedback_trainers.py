@@ -229,7 +229,10 @@ def test_hint_distillation_end_to_end_on_the_embedded_model(cli, tmp_path):
     import shutil
     import time
 
+    from factory.trainers import load_policy, resolve_policy, save_policy
+
     pytest.importorskip("llama_cpp", reason="the embedded model needs the 'local' extra")
+    pytest.importorskip("gguf", reason="reading the embedded GGUF needs the 'train' extra's gguf package")
     if shutil.which("bwrap") is None:
         pytest.skip("bubblewrap is not installed")
     root = Path(__file__).resolve().parents[2]
@@ -237,7 +240,9 @@ def test_hint_distillation_end_to_end_on_the_embedded_model(cli, tmp_path):
     lines = (root / "examples" / "tasks.jsonl").read_text().splitlines()
     tasks.write_text("".join(line + "\n" for line in lines if "files" in json.loads(line)))
     db = tmp_path / "hint.duckdb"
-    fork = ("--branches", "4", "--max-turns", "4", "--max-tokens", "256", "--sandbox", "bwrap", "--db", db)
+    # Kept small: both forks run through transformers (float32 on the CPU), several times slower than the
+    # embedded engine.
+    fork = ("--branches", "2", "--max-turns", "3", "--max-tokens", "160", "--sandbox", "bwrap", "--db", db)
 
     def step(name: str, *args) -> str:
         started = time.perf_counter()
@@ -246,7 +251,11 @@ def test_hint_distillation_end_to_end_on_the_embedded_model(cli, tmp_path):
         print(f"[hint loop] {name}: {time.perf_counter() - started:.0f} s", flush=True)
         return result.stdout
 
-    before = json.loads(step("fork local", "fork", tasks, "--model", "local", *fork, "--run-id", "before", "--json"))
+    # Both forks run through the same engine (transformers, float32: the GGUF dequantized), so that the power
+    # check compares training, not engines.
+    base_dir = save_policy(*load_policy(resolve_policy("local")), tmp_path / "base")["model"]
+    before = json.loads(step("fork base", "fork", tasks, "--model", f"hf:{base_dir}", *fork, "--run-id", "before",
+                             "--json"))
     proposed = json.loads(step("feedback propose", "feedback", "propose", "before", "--db", db, "--json"))
     hinted = [p["id"] for p in proposed["proposals"] if p.get("hint")]
     assert hinted, f"no proposal with a hint on {before['verified'] - before['passed']} failed branch(es)"
@@ -254,8 +263,8 @@ def test_hint_distillation_end_to_end_on_the_embedded_model(cli, tmp_path):
     export = json.loads(step("export hints", "export", "hints", "--run", "before", "--db", db, "--out",
                              tmp_path / "data" / "hints.jsonl", "--json"))
     summary = json.loads(step("train hint (LoRA)", "train", "hint", "--data", tmp_path / "data" / "hints.jsonl",
-                              "--model", "local", "--lora", "--output", tmp_path / "policy", "--max-steps", "4",
-                              "--batch-size", "2", "--lr", "1e-4", "--json"))
+                              "--model", f"hf:{base_dir}", "--lora", "--output", tmp_path / "policy",
+                              "--max-steps", "4", "--batch-size", "2", "--lr", "1e-4", "--json"))
     assert summary["adapter_dir"] and summary["metrics"]["steps"] == 4
     history = json.loads((tmp_path / "policy" / "train_result.json").read_text())["log_history"]
     kl = [round(entry["kl"], 4) for entry in history if "kl" in entry]
