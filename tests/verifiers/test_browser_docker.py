@@ -16,13 +16,22 @@ import json
 import duckdb
 import pytest
 
-from factory.sandbox import browser_image_tag, default_image_tag, docker_image_status, drain_docker_pool
+from factory.sandbox import (
+    browser_image_tag,
+    default_image_tag,
+    docker_available,
+    docker_image_status,
+    drain_docker_pool,
+)
 from factory.tasks import Task
 from factory.verifiers import VerificationPipeline, load_golden, run_golden
 from tests.verifiers.test_browser import FIXTURES, GOLDEN, _counter, _page, _verifier, _verify
 
 BROWSER_OK, BROWSER_WHY = docker_image_status(browser_image_tag())  # no engine answers: not OK either, says so
-needs_browser_image = pytest.mark.skipif(not BROWSER_OK, reason=f"docker browser image: {BROWSER_WHY}")
+needs_browser_image = pytest.mark.skipif(not BROWSER_OK, reason=(
+    f"docker browser image: {BROWSER_WHY}" if not docker_available()[0] else
+    f"the docker image {browser_image_tag()} is not present: `factory sandbox build-image --browser` "
+    "(or `make docker-image`) builds it"))
 EXPLOITS = ("automation-fake-success", "picture-of-result", "all-states-at-once", "text-to-the-judge",
             "never-finishes-spins-cpu", "reaches-the-network")
 
