@@ -351,6 +351,38 @@ def _remove(container: Any, stdin: Any) -> None:
         _drop(stdin)
 
 
+#: The docker SDK's calls block, and an exec's holds its thread for the command's whole run: each gets a thread of
+#: its own, never the event loop's default executor (a few threads on a small machine), where a handful of long
+#: commands held back every other sandbox's calls, their removals included, until one ended. Daemon threads, as
+#: the pool's: one still blocked at exit never holds the interpreter (the engine removes its container then).
+async def _blocking(function: Any, *args: Any) -> Any:
+    """``function(*args)`` in a thread of its own, awaited."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if future.done():  # cancelled meanwhile
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+
+    def run() -> None:
+        result, error = None, None
+        try:
+            result = function(*args)
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
+            error = exc
+        try:
+            loop.call_soon_threadsafe(settle, result, error)
+        except RuntimeError:  # the loop is closed: nobody awaits it any more
+            pass
+
+    threading.Thread(target=run, daemon=True, name="factory-docker-call").start()
+    return await future
+
+
 #: Images found present on the engine by this process (one inspection per image, not one per start).
 _present: set[str] = set()
 #: Most pre-started containers kept per configuration (``FACTORY_DOCKER_POOL``; 0 turns the pool off).
@@ -417,6 +449,8 @@ class _Pool:
         self._want: dict[str, int] = {}
         self._busy: set[threading.Thread] = set()  # fills and removals under way
         self._exit_hooked = False
+        # Containers started ahead for one sandbox to come (see DockerSandbox.prestart), by key; None: on its way.
+        self._reserved: dict[str, _Launched | None] = {}
 
     def _fork_check(self) -> None:
         """After ``os.fork()`` the parent's containers are the parent's: the child starts with an empty pool."""
@@ -441,13 +475,20 @@ class _Pool:
         thread.start()
 
     def take(self, client: Any, kwargs: dict[str, Any], poolable: bool) -> _Launched:
-        """A fresh started container for ``kwargs``: a ready one, one about to be ready, or one made now."""
+        """A fresh started container for ``kwargs``: a reserved one, a ready one, one about to be ready, or one
+        made now."""
+        key = _kwargs_key(kwargs)
+        self._fork_check()
+        with self._cond:
+            while key in self._reserved and self._reserved[key] is None:  # on its way: sooner than a new one
+                self._cond.wait()
+            reserved = self._reserved.pop(key, None)
+        if reserved is not None:
+            return reserved  # made for this sandbox alone: not counted by the pool (key None)
         size = _pool_size()
         if not poolable or size == 0:
             return _launch(client, kwargs)
-        key = json.dumps(kwargs, sort_keys=True, default=str)
         stale: list[_Launched] = []
-        self._fork_check()
         with self._cond:
             now = time.monotonic()
             for ready in self._ready.values():
@@ -494,6 +535,39 @@ class _Pool:
         if launched is not None:  # drained meanwhile
             _discard(launched)
 
+    def reserve(self, kwargs: dict[str, Any]) -> None:
+        """Start one container for exactly ``kwargs`` in the background, kept for the next take of them."""
+        key = _kwargs_key(kwargs)
+        self._fork_check()
+        with self._cond:
+            if key in self._reserved:
+                return
+            self._reserved[key] = None
+        self._spawn(self._fill_reserved, key, kwargs)
+
+    def _fill_reserved(self, key: str, kwargs: dict[str, Any]) -> None:
+        try:
+            launched: _Launched | None = _launch(_engine(), kwargs)
+        except Exception:  # the take makes its own and says why
+            launched = None
+        with self._cond:
+            if key in self._reserved and self._reserved[key] is None:
+                if launched is None:
+                    del self._reserved[key]
+                else:
+                    self._reserved[key], launched = launched, None
+            self._cond.notify_all()
+        if launched is not None:  # unreserved or drained meanwhile
+            _discard(launched)
+
+    def unreserve(self, kwargs: dict[str, Any]) -> None:
+        """Remove the container reserved for ``kwargs`` (one on its way is removed when it is ready)."""
+        with self._cond:
+            launched = self._reserved.pop(_kwargs_key(kwargs), None)
+            self._cond.notify_all()
+        if launched is not None:
+            self._spawn(_discard, launched)
+
     def release(self, key: str | None) -> None:
         """One sandbox of ``key`` closed."""
         if key is None:
@@ -511,14 +585,22 @@ class _Pool:
         self._fork_check()
         with self._cond:
             ready = [r for rs in self._ready.values() for r in rs]
+            ready += [r for r in self._reserved.values() if r is not None]
             self._ready.clear()
             self._want.clear()
+            self._reserved.clear()
+            self._cond.notify_all()
         for launched in ready:
             self._spawn(_discard, launched)
         deadline = time.monotonic() + timeout
         with self._cond:
             while self._busy and time.monotonic() < deadline:
                 self._cond.wait(max(0.0, deadline - time.monotonic()))
+
+
+def _kwargs_key(kwargs: dict[str, Any]) -> str:
+    """The pool's key of a container configuration: its creation arguments, exactly."""
+    return json.dumps(kwargs, sort_keys=True, default=str)
 
 
 def _pool_size() -> int:
@@ -568,26 +650,45 @@ class DockerSandbox(Sandbox):
 
     # ------------------------------------------------------------ lifecycle
 
+    def prestart(self) -> None:
+        """Start this sandbox's container in the background, before its files are known.
+
+        The next :meth:`start` of a sandbox with this spec's configuration (all
+        but its files) takes it, seeded then as any pre-started container is,
+        and never reused after. For a sandbox whose host folder is made ahead
+        of time for it alone (the pool does not serve a bind mount otherwise):
+        an isolated verification's solution sandbox, whose channel folder the
+        warm trusted runner prepares before the verification comes. No-op with
+        the pool off (``FACTORY_DOCKER_POOL=0``); :meth:`cancel_prestart` removes it.
+        """
+        if _pool_size():
+            _POOL.reserve(self._create_kwargs())
+
+    def cancel_prestart(self) -> None:
+        """Remove the container :meth:`prestart` started for this configuration, if no sandbox took it."""
+        _POOL.unreserve(self._create_kwargs())
+
     async def start(self) -> None:
         shared = self.spec.shared_dir
         if shared is not None and not os.path.isdir(shared):
             raise SandboxError(f"shared_dir {shared} is not a directory")
-        client = await asyncio.to_thread(_engine)
+        client = await _blocking(_engine)
         if self.image not in _present:
-            await asyncio.to_thread(_image_present, client, self.image)
+            await _blocking(_image_present, client, self.image)
             _present.add(self.image)
-        await asyncio.to_thread(_swept_once)
+        await _blocking(_swept_once)
         kwargs = self._create_kwargs()
         try:
             # A container of a bind-mounted folder is made for it (every verification's channel folder is
-            # its own, so a pre-started one would be waste); any other comes from the pool when one is ready.
-            launched = await asyncio.to_thread(_POOL.take, client, kwargs, shared is None)
+            # its own, so a pre-started one would be waste) unless one was prestarted for it; any other comes
+            # from the pool when one is ready.
+            launched = await _blocking(_POOL.take, client, kwargs, shared is None)
             self._container, self._stdin, self._pool_key = launched.container, launched.stdin, launched.key
             files = {_key(p): _as_bytes(c) for p, c in self.spec.files.items()}
             files.update({_key(p): _as_bytes(c) for p, c in self.spec.readonly_files.items()})
             header = json.dumps({"readonly": self._readonly, "uid": _UID}).encode() + b"\n"
             async with self._lock:
-                seeded = await asyncio.to_thread(self._exec_finish, launched.seed, header + _tar(files), 1 << 20,
+                seeded = await _blocking(self._exec_finish, launched.seed, header + _tar(files), 1 << 20,
                                                  _FILE_OP_TIMEOUT_S, time.monotonic())
             if seeded.exit_code == 127:
                 raise SandboxUnavailableError(f"the docker image {self.image} has no python3 (the file tools need it)")
@@ -648,7 +749,7 @@ class DockerSandbox(Sandbox):
             # nothing the caller sees, so the engine's removal (the slow part) need not hold the caller.
             _POOL.retire(container, stdin)
         else:  # a bind-mounted folder: every process is gone before the caller reads or reuses it
-            await asyncio.to_thread(_remove, container, stdin)
+            await _blocking(_remove, container, stdin)
 
     # ------------------------------------------------------------ commands
 
@@ -752,7 +853,7 @@ class DockerSandbox(Sandbox):
     async def _run(self, argv: list[str], *, user: str, stdin: bytes | None, cap: int, timeout: float,
                    env: dict[str, str] | None = None) -> _Outcome:
         async with self._lock:
-            return await asyncio.to_thread(self._exec_blocking, argv, user, stdin, cap, timeout, env)
+            return await _blocking(self._exec_blocking, argv, user, stdin, cap, timeout, env)
 
     async def _tool(self, op: str, args: dict[str, Any], *, user: str = str(_UID), stdin: bytes | None = None,
                     cap: int = READ_CAP + 1) -> _Outcome:
@@ -825,7 +926,7 @@ class DockerSandbox(Sandbox):
         return sorted(str(p) for p in listed)
 
     async def collect_workspace(self, max_bytes: int = 64_000_000) -> WorkspaceFiles:
-        await asyncio.to_thread(self._kill_all)  # nothing of the agent's changes the files while they are read
+        await _blocking(self._kill_all)  # nothing of the agent's changes the files while they are read
         outcome = await self._tool("collect", {"max_bytes": max_bytes, "budget": _NAMES_BUDGET}, user="0",
                                    cap=max_bytes + _NAMES_BUDGET + (1 << 20))
         self._refused(outcome, "collecting the workspace")

@@ -58,6 +58,7 @@ import contextlib
 import functools
 import importlib.util
 import json
+import logging
 import marshal
 import os
 import re
@@ -76,6 +77,8 @@ from factory.tasks import Task
 from factory.verifiers._boundary import BOUNDARY_DIR, SETTINGS_NAME
 from factory.verifiers._trusted_runner import PACKAGE_MARKER
 
+_log = logging.getLogger(__name__)
+
 __all__ = ["IsolatedRun", "bootstrap_files", "bootstrap_source", "module_names", "package_markers", "run_isolated",
            "solution_files", "test_data_files", "trusted_command", "trusted_files"]
 
@@ -83,7 +86,7 @@ SOCKET_NAME = "solution.sock"
 #: The scratch area's folder in the shared directory: the tests' temporary files, seen by both sides.
 SCRATCH_NAME = "scratch"
 #: Backends whose trusted side is forked from a warm runner by default (see :mod:`._warm`).
-WARM_BACKENDS = frozenset({"bwrap", "none"})
+WARM_BACKENDS = frozenset({"bwrap", "none", "docker"})
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: Files the interpreter or pytest would act on by their mere presence.
 _HOOK_NAMES = frozenset({"sitecustomize.py", "usercustomize.py", "conftest.py"})
@@ -438,8 +441,8 @@ async def run_isolated(task: Task, solution: Mapping[str, str | bytes], args: li
             (default: half of ``timeout_s``); past it the solution counts as hung
             and its remaining calls fail at once, so the other tests still report.
         warm: Fork the trusted side from a warm runner that has imported pytest
-            already (:mod:`._warm`), where the backend has one; False: a fresh
-            trusted sandbox and interpreter.
+            already (:mod:`._warm`), where the backend has one and one starts
+            (else, as with False: a fresh trusted sandbox and interpreter).
 
     Raises:
         SandboxError: If a sandbox cannot start (an infrastructure failure, not a verdict).
@@ -447,10 +450,13 @@ async def run_isolated(task: Task, solution: Mapping[str, str | bytes], args: li
     if (args is None) == (command is None):
         raise ValueError("run_isolated takes pytest args or a command, not both")
     if warm and sandbox in WARM_BACKENDS:
-        from factory.verifiers._warm import run_warm
+        from factory.verifiers._warm import WarmUnavailable, run_warm
 
-        return await run_warm(task, solution, args, sandbox=sandbox, limits=limits, timeout_s=timeout_s,
-                              call_timeout_s=call_timeout_s, command=command)
+        try:
+            return await run_warm(task, solution, args, sandbox=sandbox, limits=limits, timeout_s=timeout_s,
+                                  call_timeout_s=call_timeout_s, command=command)
+        except WarmUnavailable as exc:  # nothing ran: the fresh trusted sandbox judges it as well
+            _log.warning("%s; verifying with a fresh trusted sandbox", exc)
     data, tests = trusted_files(task)
     modules = module_names(solution, {**data, **tests})
     shared = tempfile.mkdtemp(prefix="factory-channel-", dir=sandbox_folder())  # swept if this process dies

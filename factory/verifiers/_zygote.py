@@ -10,12 +10,13 @@ folder, a subfolder of it). Most of a short pytest run is importing pytest,
 and this side never runs agent code, so the import is done once, here, and
 every verification runs in a forked child:
 
-- the host writes the verification's trusted files (the task's tests, its
+- the host sends the verification's trusted files (the task's tests, its
   pristine data files, package markers, the bootstrap with this
-  verification's settings) into this sandbox's workspace, empty between
-  verifications, so they are where a fresh trusted sandbox has them (a test
-  hands the solution absolute paths of its files and programs), and its
-  channel folder (socket, scratch area) into the shared directory;
+  verification's settings) with the request, and this process writes them
+  into its sandbox's workspace, empty between verifications, so they are
+  where a fresh trusted sandbox has them (a test hands the solution absolute
+  paths of its files and programs); the host makes its channel folder
+  (socket, scratch area) in the shared directory;
 - the child starts a session of its own and runs :func:`run_tests` (pytest) or
   :func:`launch` (any other command) exactly as the fresh runner and
   launcher scripts do, its output going to pipes this process reads;
@@ -222,10 +223,27 @@ def _ancestors():
     return chain
 
 
+def place(files):
+    """Write a verification's trusted files (``{path: base64}``, relative) into the empty workspace."""
+    import base64
+
+    for rel, data in files.items():
+        parts = rel.split("/")
+        if rel.startswith("/") or any(part in ("", ".", "..") for part in parts):
+            raise ValueError(f"not a workspace path: {rel!r}")
+        if len(parts) > 1:
+            os.makedirs(os.path.dirname(rel), exist_ok=True)
+        with open(rel, "xb") as handle:
+            handle.write(base64.b64decode(data))
+
+
 def sweep(sandboxed):
     """Empty the workspace (the next verification's files are written there); in a sandbox with a PID
     namespace of its own (``sandboxed``, the host says so), kill every process but this one and its
-    ancestors and empty /tmp and /dev/shm too. Returns whether the workspace is empty."""
+    ancestors and empty /tmp and /dev/shm too. Returns whether the workspace is empty.
+
+    Processes this one may not signal are not the runs': another user's (docker's init and the root wrapper
+    of each command; a run's processes are this user's, with no new privileges)."""
     keep = _ancestors()
     for _ in range(20 if sandboxed else 0):
         others = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in keep]
@@ -234,6 +252,8 @@ def sweep(sandboxed):
         for pid in others:
             try:
                 os.kill(pid, signal.SIGKILL)
+            except PermissionError:
+                keep.add(pid)
             except OSError:
                 pass
         for pid in others:  # reap the ones that were ours (re-parented orphans are reaped by the sandbox's init)
@@ -299,6 +319,7 @@ def serve(settings):
             request = read_message(connection)
             if request is None:
                 continue
+            place(request.get("files") or {})
             pid, out_r, err_r = _fork(request, listener, connection)
             result = _relay(pid, out_r, err_r, float(request["timeout"]), int(request["max_output"]))
             _kill_session(pid)

@@ -8,11 +8,13 @@ import textwrap
 
 import pytest
 
-from factory.sandbox import SandboxLimits
+from factory.sandbox import SandboxLimits, docker_image_status, drain_docker_pool, sandbox_folder
 from factory.tasks import Task
 from factory.verifiers import BranchOutput, Criterion, TestsVerifier, VerifyContext, _warm, run_verifier
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bwrap is not installed")
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bwrap is not installed")
+DOCKER_OK, DOCKER_WHY = docker_image_status()  # no engine answers: not OK either, and it says so
+needs_docker = pytest.mark.skipif(not DOCKER_OK, reason=f"docker: {DOCKER_WHY}")
 
 # Each run leaves a file in its working directory (one in a folder it made read-only), its HOME, /tmp and
 # /dev/shm, and a process behind; the next run of the same warm runner must find none of them (it would fail
@@ -59,9 +61,11 @@ async def verify(verifier: TestsVerifier, task: Task, solution: str):
     return await run_verifier(verifier, ctx)
 
 
-def test_a_warm_runner_is_reused_and_each_run_starts_clean():
+@pytest.mark.parametrize("backend", [pytest.param("bwrap", marks=needs_bwrap),
+                                     pytest.param("docker", marks=needs_docker)])
+def test_a_warm_runner_is_reused_and_each_run_starts_clean(backend):
     async def main():
-        verifier = TestsVerifier(timeout_s=60, limits=LIMITS)
+        verifier = TestsVerifier(timeout_s=60, limits=LIMITS, reference_sandbox=backend)
         try:
             first = await verify(verifier, TASK, "def value():\n    return 42\n")
             second = await verify(verifier, TASK, "def value():\n    return 42\n")
@@ -76,9 +80,40 @@ def test_a_warm_runner_is_reused_and_each_run_starts_clean():
     assert first.status == "pass", first.details
     assert second.status == "pass", second.details  # no trace of the first run
     assert wrong.status == "fail" and wrong.details["failed"] == ["test_solution.py::test_value"], wrong.details
-    assert len(runners) == 1 and runners[0].runs == 3
+    assert len(runners) == 1 and runners[0].runs == 3 and runners[0].backend == backend
+    if backend == "docker":  # the runner, its spare solution container and every run's are gone
+        drain_docker_pool()
+        assert _containers_of_this_process() == []
 
 
+def _containers_of_this_process() -> list[str]:
+    import docker
+
+    client = docker.from_env()
+    return [c.id for c in client.containers.list(
+        all=True, filters={"label": [f"factory.sandbox.folder={sandbox_folder()}"]})]
+
+
+@needs_docker
+def test_a_warm_runner_that_cannot_start_leaves_the_verification_to_a_fresh_trusted_sandbox():
+    # An image the engine lacks: the runner's container cannot start, so the fresh trusted sandbox is tried (and
+    # fails the same way, saying why); the pool does not try this configuration again for a while.
+    task = Task(id="no-image", prompt="p", files=TASK.files, tests=TASK.tests, image="factory-test-absent:none")
+
+    async def main():
+        verifier = TestsVerifier(timeout_s=60, limits=LIMITS, reference_sandbox="docker")
+        try:
+            verdict = await verify(verifier, task, "def value():\n    return 42\n")
+            return verdict, dict(_warm._pool().failed)
+        finally:
+            await verifier.aclose()
+
+    verdict, failed = asyncio.run(main())
+    assert verdict.status == "error" and "factory-test-absent:none" in str(verdict.details), verdict.details
+    assert [key[:2] for key in failed] == [("docker", "factory-test-absent:none")]
+
+
+@needs_bwrap
 def test_concurrent_verifications_of_one_task_get_runners_of_their_own():
     async def main():
         verifier = TestsVerifier(timeout_s=60, limits=LIMITS)
@@ -96,6 +131,7 @@ def test_concurrent_verifications_of_one_task_get_runners_of_their_own():
     assert len(runners) == 2
 
 
+@needs_bwrap
 def test_a_warm_run_past_its_time_limit_says_so_and_the_runner_serves_the_next():
     # The trusted side itself outlives the limit (a solution call that hangs is cut off sooner, by the call limit).
     task = Task(id="slow", prompt="p", files={"solution.py": ""}, tests={"test_slow.py": (
