@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import duckdb
@@ -154,7 +152,9 @@ def test_honest_page_passes_broken_page_fails_and_frames_are_artifacts(tmp_path)
 
 
 @needs_chromium
-def test_front_end_task_forks_verifies_ranks_and_exports(tmp_path):
+def test_front_end_task_forks_verifies_ranks_and_exports(tmp_path, cli):
+    """Fork, verify, rank and export a front-end task; the commands run in this process (the real click group):
+    three more interpreters importing factory cost more than the two verifications."""
     task = json.loads((FIXTURES / "tasks.jsonl").read_text().splitlines()[0])
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text(json.dumps(task) + "\n")
@@ -167,13 +167,12 @@ def test_front_end_task_forks_verifies_ranks_and_exports(tmp_path):
     policy.write_text("".join(json.dumps(entry) + "\n" for entry in entries))
     db = tmp_path / "f.duckdb"
 
-    def cli(*args):
-        result = subprocess.run([sys.executable, "-m", "factory.cli", *map(str, args)], capture_output=True,
-                                text=True, timeout=300)
-        assert result.returncode == 0, result.stderr[-2000:]
+    def run(*args):
+        result = cli(*args)
+        assert result.exit_code == 0, result.output[-2000:]
         return result.stdout
 
-    summary = json.loads(cli("fork", tasks, "--model", f"replay:{policy}", "-n", 2, "-c", 1, "--db", db,
+    summary = json.loads(run("fork", tasks, "--model", f"replay:{policy}", "-n", 2, "-c", 1, "--db", db,
                              "--run-id", "fe", "--judge", f"replay:{GOLDEN / 'browser-judge.replay.jsonl'}",
                              "--planner", f"replay:{GOLDEN / 'browser-planner.replay.jsonl'}",
                              "--judge-samples", 1, "--json"))
@@ -183,9 +182,9 @@ def test_front_end_task_forks_verifies_ranks_and_exports(tmp_path):
                                   "ORDER BY branch_index").fetchall()
     assert rows == [("pass", 1.0), ("fail", pytest.approx(0.4))]
     assert any((tmp_path / "f-artifacts" / "frames").iterdir())
-    cli("rank", "fe", "--db", db)
+    run("rank", "fe", "--db", db)
     out = tmp_path / "dpo.jsonl"
-    cli("export", "dpo", "--run", "fe", "--out", out, "--db", db)
+    run("export", "dpo", "--run", "fe", "--out", out, "--db", db)
     pairs = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(pairs) == 1 and "if (n > 0)" in json.dumps(pairs[0]["chosen"])
 
