@@ -17,6 +17,15 @@ tens of thousands of times, each repeated ``--n`` times (figures: median of
   of the solution's process, or item by item where the iterators consumed there were short);
 - ``key callback``: ``sorted(list, key=test_lambda)`` on 50 items inside the solution, per callback.
 
+Each pattern prints wall µs per crossing and the CPU µs each end spent on it (the trusted end's from
+``time.process_time``, the solution's from its process's ``/proc`` times): on a loaded machine the wall figure
+is mostly waiting for the other end to be scheduled, the CPU figures are what a crossing costs.
+
+``--parts`` prints the parts of a crossing's CPU, each measured alone in this process (min of repeats):
+the JSON of a call request and its decoding, both channel ends' work for a request and its reply (JSON and
+system calls, no waiting), the bare system calls of that (with and without Python's poll-before-read
+timeout), and the turn taking (locks). What a crossing costs beyond them is the boundary's dispatch.
+
 ``--profile DIR`` writes cProfile statistics of both ends there (``trusted.prof``, ``solution.prof``).
 """
 
@@ -24,16 +33,18 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import json
 import os
 import socket
 import statistics
 import sys
 import tempfile
 import time
+import timeit
 
 from factory.verifiers._solution_server import serve_connection
 from factory.verifiers._trusted_runner import SolutionClient, SolutionFinder
-from factory.verifiers._wire import Channel
+from factory.verifiers._wire import Channel, Endpoint
 
 SOLUTION = '''
 def f(x):
@@ -81,8 +92,15 @@ def serve(sock: socket.socket, workspace: str, profile: str | None) -> None:
         os._exit(0)
 
 
-def measure(n: int, rounds: int, profile: str | None) -> dict[str, float]:
-    """Median µs per crossing of each pattern (see the module docstring)."""
+def _cpu_of(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used so far."""
+    with open(f"/proc/{pid}/stat") as handle:
+        fields = handle.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(n: int, rounds: int, profile: str | None) -> dict[str, tuple[float, float, float]]:
+    """Median µs per crossing of each pattern (see the module docstring): wall, trusted CPU, solution CPU."""
     workspace = tempfile.mkdtemp(prefix="bench-crossing-")
     with open(os.path.join(workspace, "solution.py"), "w") as handle:
         handle.write(SOLUTION)
@@ -115,16 +133,19 @@ def measure(n: int, rounds: int, profile: str | None) -> dict[str, float]:
         results = {}
         for name, (count, run) in patterns.items():
             run()  # warm: classes, handles, descriptions
-            times = []
+            times, trusted_cpu, solution_cpu = [], [], []
             for _ in range(rounds):
                 if profiler:
                     profiler.enable()
-                start = time.perf_counter()
+                start, cpu, child_cpu = time.perf_counter(), time.process_time(), _cpu_of(child)
                 run()
                 times.append((time.perf_counter() - start) / count * 1e6)
+                trusted_cpu.append((time.process_time() - cpu) / count * 1e6)
+                solution_cpu.append((_cpu_of(child) - child_cpu) / count * 1e6)
                 if profiler:
                     profiler.disable()
-            results[name] = statistics.median(times)
+            results[name] = (statistics.median(times), statistics.median(trusted_cpu),
+                             statistics.median(solution_cpu))
         return results
     finally:
         sys.meta_path.remove(finder)
@@ -135,16 +156,66 @@ def measure(n: int, rounds: int, profile: str | None) -> dict[str, float]:
             profiler.dump_stats(os.path.join(profile, "trusted.prof"))
 
 
+def parts(n: int) -> dict[str, float]:
+    """CPU µs of each part of a crossing, measured alone (see the module docstring)."""
+    def best(run) -> float:
+        return min(timeit.repeat(run, number=n, repeat=7, timer=time.process_time)) / n * 1e6
+
+    request, reply = {"op": "call", "h": {"h": 2}, "a": [{"i": "1"}], "k": []}, {"ok": {"i": "2"}}
+    body = json.dumps(request, separators=(",", ":")).encode()
+    left, right = socket.socketpair()
+    near, far = Channel(left), Channel(right)
+    endpoint = Endpoint(None)
+
+    def frames() -> None:
+        near.send(request)
+        far.receive()
+        far.send(reply)
+        near.receive()
+
+    def raw() -> None:
+        left.sendall(b"\0\0\0\5hello")
+        right.recv(65536)
+        right.sendall(b"\0\0\0\5hello")
+        left.recv(65536)
+
+    def turn() -> None:
+        endpoint._pop(endpoint._ask_turn())
+
+    try:
+        figures = {
+            "JSON of a call request": best(lambda: json.dumps(request, separators=(",", ":")).encode()),
+            "its decoding": best(lambda: json.loads(body.decode())),
+            "request + reply, both ends' channels": best(frames),
+            "  their 4 system calls": best(raw),
+        }
+        left.settimeout(60)
+        right.settimeout(60)
+        figures["  with Python's poll-before-read timeout"] = best(raw)
+        figures["turn taking (locks)"] = best(turn)
+        return figures
+    finally:
+        left.close()
+        right.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--n", type=int, default=2000, help="crossings per pattern and round")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--profile", help="write cProfile statistics of both ends to this folder")
+    parser.add_argument("--parts", action="store_true", help="also the CPU of a crossing's parts, measured alone")
     args = parser.parse_args()
     if args.profile:
         os.makedirs(args.profile, exist_ok=True)
-    for name, micros in measure(args.n, args.rounds, args.profile).items():
-        print(f"{name:34s} {micros:9.1f} µs")
+    with open("/proc/loadavg") as handle:
+        print(f"load average {handle.read().split()[0]}; µs per crossing: wall, trusted CPU, solution CPU")
+    for name, (wall, trusted, solution) in measure(args.n, args.rounds, args.profile).items():
+        print(f"{name:34s} {wall:9.1f} {trusted:9.1f} {solution:9.1f}")
+    if args.parts:
+        print("parts of a crossing, CPU µs:")
+        for name, micros in parts(10_000).items():
+            print(f"{name:40s} {micros:7.2f}")
 
 
 if __name__ == "__main__":

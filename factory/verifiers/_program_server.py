@@ -155,7 +155,7 @@ def _child(connection, paths, python):
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the parent ignores it; subprocess must reap its own
     channel = Channel(connection)
     try:
-        first = channel.receive()
+        first = channel.receive_exact()  # (a program's stream frames may follow it on the raw socket)
     except (EOFError, OSError, WireError):
         return
     if type(first) is dict and first.get("op") == "program":

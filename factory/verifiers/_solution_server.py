@@ -97,6 +97,8 @@ __all__ = ["SolutionServer", "TrustedFunction", "TrustedObject", "serve_connecti
 _WORKSPACE_ROOT = os.getcwd()
 
 _RELAY_LIMIT = 1 << 20  # bytes of output relayed with one message
+#: How many causes of an exception (``raise ... from exc``) cross with it, each inside the one before.
+_CAUSE_DEPTH = 4
 #: What relaying needs, bound now: a test may give the solution's ``os`` its own functions (monkeypatch).
 _fstat, _pread, _chdir = os.fstat, os.pread, os.chdir
 _MISSING = object()
@@ -1473,7 +1475,7 @@ class SolutionServer(Endpoint):
         return encode_value(value, self.handle_of, refs=refs, record=record, objects=self.objects_of,
                             shared=self.shared)
 
-    def encode_exception(self, exc):
+    def encode_exception(self, exc, depth=0):
         cls = type(exc)
         builtin = getattr(builtins, cls.__name__, None) is cls
         try:
@@ -1508,6 +1510,12 @@ class SolutionServer(Endpoint):
                     continue
         if attrs:
             info["attrs"] = attrs
+        cause = exc.__cause__
+        if cause is not None and depth < _CAUSE_DEPTH:  # ``raise ... from exc``: its cause, as an exception too
+            try:
+                info["cause"] = self.encode_exception(cause, depth + 1)
+            except Exception:  # (a cause that cannot be described: the exception crosses without it)
+                pass
         return info
 
     # ------------------------------------------------------------ requests to the trusted side

@@ -456,6 +456,8 @@ _AHEAD_MOST = 4096
 #: ... unless the iterators consumed at the same place of the test's code ended, on average, fewer than this many
 #: items after that point (the copy would cost more than it saves: ``all(map(isclose, solution.idft(x), x))``).
 _AHEAD_WORTH = 16
+#: How many causes of the solution's exception (``raise ... from exc``) are rebuilt with it.
+_CAUSE_DEPTH = 4
 #: References to a test's iterator passed as a temporary argument, seen from clone_ahead (see there).
 _TEMPORARY_REFS = 6
 #: The same at the entry of a generated mirror of a solution function (_solution_function's forward): its
@@ -956,7 +958,7 @@ class SolutionClient(Endpoint):
         served = self.served
         parent = self.note_values(message, maker) if self.data_free or maker is not None else None
         try:
-            self.channel.sock.settimeout(self.call_timeout)
+            self.channel.set_timeout(self.call_timeout)
             reply = self.last_reply = self.exchange(message)
         except TimeoutError:
             self.broken = f"the solution did not answer within {self.call_timeout:.0f}s"
@@ -1517,7 +1519,7 @@ class SolutionClient(Endpoint):
             self.describing.discard(key)
         return {**described, **now, "attrs": attrs}
 
-    def exception(self, info):
+    def exception(self, info, depth=0):
         if type(info) is not dict:
             return SolutionUnavailable("the solution broke the protocol (malformed exception)")
         token = info.get("token")
@@ -1569,6 +1571,12 @@ class SolutionClient(Endpoint):
                     pass
         if info.get("suppress") is True:  # raised ``from None`` (or with its context suppressed) there
             made.__suppress_context__ = True
+        cause = info.get("cause")
+        if type(cause) is dict and depth < _CAUSE_DEPTH:  # ``raise ... from exc`` there: a traceback names it
+            cause = self.exception(cause, depth + 1)
+            if isinstance(cause, BaseException) and not isinstance(cause, SolutionUnavailable) \
+                    and cause is not made:
+                made.__cause__ = cause
         attrs = info.get("attrs")
         for pair in attrs[:50] if type(attrs) is list else ():
             # its public attributes (``exc.errors``), as values or handles: never a name of the exception machinery

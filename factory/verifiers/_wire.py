@@ -1046,35 +1046,103 @@ def _fill(container, items, nested):
 
 
 class Channel:
-    """Length-prefixed JSON frames over a connected stream socket."""
+    """Length-prefixed JSON frames over a connected stream socket.
+
+    A crossing is a request and its reply, each one frame: what is read comes
+    in as few ``recv`` calls as the socket allows (one per frame where the
+    peer's frame is in; what arrived beyond a frame waits in the buffer for
+    the next :meth:`receive`), and the wait for a frame is bounded by the
+    kernel (``SO_RCVTIMEO``, see :meth:`set_timeout`), not by a ``poll``
+    before every read. Whoever reads the socket itself after a frame must
+    read that frame with :meth:`receive_exact` (nothing past it is taken).
+    """
 
     def __init__(self, sock: socket.socket):
         self.sock = sock
+        self.buffer = bytearray()
+        self.timeout = None
+
+    def set_timeout(self, seconds) -> None:
+        """Bound each wait to send or receive by ``seconds`` (None: no bound); :class:`TimeoutError` past it.
+
+        The socket stays blocking and the kernel keeps the bound, so a read or write is one system call.
+        """
+        if seconds == self.timeout:
+            return
+        self.sock.settimeout(None)
+        micros = 0 if seconds is None else max(1, int(seconds * 1_000_000))  # (0: no bound, for the kernel)
+        value = struct.pack("@ll", micros // 1_000_000, micros % 1_000_000)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
+        self.timeout = seconds
 
     def send(self, message) -> None:
         body = json.dumps(message, separators=(",", ":")).encode("utf-8")
         if len(body) > MAX_FRAME:
             raise WireError(f"frame of {len(body)} bytes is over the {MAX_FRAME}-byte limit")
-        self.sock.sendall(struct.pack(">I", len(body)) + body)
+        try:
+            self.sock.sendall(len(body).to_bytes(4, "big") + body)
+        except BlockingIOError:  # (SO_SNDTIMEO passed)
+            raise TimeoutError("timed out") from None
+
+    def _recv(self, wanted: int) -> bytes:
+        """At least one byte (up to ``wanted``, or whatever is in if more)."""
+        try:
+            chunk = self.sock.recv(min(max(wanted, 1 << 16), 1 << 20))
+        except BlockingIOError:  # (SO_RCVTIMEO passed)
+            raise TimeoutError("timed out") from None
+        if not chunk:
+            raise EOFError("the other side closed the channel")
+        return chunk
 
     def _read(self, n: int) -> bytes:
-        chunks = []
+        """Exactly ``n`` bytes: the buffer's first, then the socket's, never one byte past them."""
+        chunks = [bytes(self.buffer[:n])]
+        del self.buffer[:n]
+        n -= len(chunks[0])
         while n:
-            chunk = self.sock.recv(min(n, 1 << 20))
+            try:
+                chunk = self.sock.recv(min(n, 1 << 20))
+            except BlockingIOError:
+                raise TimeoutError("timed out") from None
             if not chunk:
                 raise EOFError("the other side closed the channel")
             chunks.append(chunk)
             n -= len(chunk)
         return b"".join(chunks)
 
+    @staticmethod
+    def _decode(body: bytes):
+        try:
+            return json.loads(body.decode("utf-8"))
+        except (UnicodeDecodeError, RecursionError, ValueError) as exc:
+            raise WireError(f"malformed frame: {exc}") from None
+
     def receive(self):
+        buffer = self.buffer
+        if not buffer:  # (most often one read is one whole frame: decoded as it came)
+            chunk = self._recv(4)
+            if len(chunk) > 4 and int.from_bytes(chunk[:4], "big") == len(chunk) - 4 <= MAX_FRAME:
+                return self._decode(chunk[4:])
+            buffer += chunk
+        while len(buffer) < 4:
+            buffer += self._recv(4 - len(buffer))
+        size = int.from_bytes(buffer[:4], "big")
+        if size > MAX_FRAME:
+            raise WireError(f"frame of {size} bytes is over the {MAX_FRAME}-byte limit")
+        end = 4 + size
+        while len(buffer) < end:
+            buffer += self._recv(end - len(buffer))
+        body = bytes(buffer[4:end])
+        del buffer[:end]
+        return self._decode(body)
+
+    def receive_exact(self):
+        """The next frame, reading nothing past it (the socket's next bytes are read by another protocol)."""
         (size,) = struct.unpack(">I", self._read(4))
         if size > MAX_FRAME:
             raise WireError(f"frame of {size} bytes is over the {MAX_FRAME}-byte limit")
-        try:
-            return json.loads(self._read(size).decode("utf-8"))
-        except (UnicodeDecodeError, RecursionError, ValueError) as exc:
-            raise WireError(f"malformed frame: {exc}") from None
+        return self._decode(self._read(size))
 
 
 class Endpoint:

@@ -11,6 +11,7 @@ import operator
 import os
 import socket
 import sys
+import traceback
 
 import pytest
 
@@ -57,6 +58,13 @@ def gen(n):
 def failing(n):
     yield from range(n)
     raise ValueError("step")
+
+def one(iterable, too_short=None):  # more_itertools.one: the error raised from the StopIteration
+    it = iter(iterable)
+    try:
+        return next(it)
+    except StopIteration as exc:
+        raise (too_short or ValueError("too few items")) from exc
 '''
 
 pytestmark = pytest.mark.skipif(sys.version_info[:2] != (3, 11), reason="whole batches read CPython 3.11 bytecode")
@@ -158,3 +166,14 @@ def test_a_reply_whose_decoding_asks_the_solution_again_does_not_wait_for_its_ow
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def test_an_error_raised_from_another_crosses_with_its_cause(remote):
+    mod, _ = remote
+    for too_short, kind in [(None, ValueError), (IndexError, IndexError)]:
+        with pytest.raises(kind) as caught:
+            mod.one(iter([]), too_short=too_short)
+        assert type(caught.value.__cause__) is StopIteration  # (OneTests::test_too_short reads the traceback)
+        text = "".join(traceback.format_exception(caught.value))
+        assert "StopIteration" in text and "The above exception was the direct cause" in text
+    assert mod.one([5]) == 5

@@ -233,15 +233,17 @@ def describe(verdict: Verdict) -> str:
 KNOWN_FAILING: dict[str, str] = {
     "more-itertools": (
         "isolated 0/663 pass, bare 663: 663x the run did not report (exit -9, timed out): still stopped by the "
-        "180 s time limit (185 s; bare 36 s; bwrap, load 12-14). With a 900 s limit: 653/663 in 262 s (load 13). "
-        "The 10: the solution's objects compared or hashed (numeric_range == and hash, 2), the class of what "
-        "always_reversible returns, isinstance(numeric_range, Iterator), random seeding (SampleTests, 3), "
-        "powerset_of_sets' hash count, one()'s traceback text (OneTests::test_too_short), and "
-        "CallbackIterTests::test_abort (the test's callback, called from the solution's thread, runs to its end "
-        "within one crossing, before the abort). A solution thread calling back no longer puts the two ends out "
-        "of step (test_more once collapsed to 364/534). The time is per-item round trips: the test's callbacks "
-        "and held iterators (test_nested_remainder 144k messages, test_slicing_reset 22k) and lazily consumed "
-        "solution generators (test_roundtrip: 1000 forks run ahead, now fewer)"
+        "180 s time limit (bare 49 s at load 19-23; isolated with a 1200 s limit 654/663 in 341 s at load 16-20, "
+        "bwrap). The 9: the solution's objects compared or hashed (numeric_range == and hash, 2: refused, the "
+        "solution's comparison would decide), the class of what always_reversible returns (a handle's class), "
+        "isinstance(numeric_range, Iterator) (a handle has __next__), random seeding (SampleTests, 3: the test's "
+        "random state never crosses), powerset_of_sets' hash count (the test's Str hashed across the boundary), "
+        "and CallbackIterTests::test_abort (the test's callback, called from the solution's thread, runs to its "
+        "end within one crossing, before the abort). The time is round trips, each a wake-up of the other end "
+        "(ms at this load; ~190 us of CPU, both ends): the test's callbacks and held iterators "
+        "(test_nested_remainder 106 s, ~72k round trips), generators consumed item by item "
+        "(FactorTests::test_cross_check 59 s, DiscreteFourierTransformTests::test_roundtrip 51 s) and a test's "
+        "iterator skipped 1M items (NthPermutationTests::test_long 27 s)"
     ),
 }
 

@@ -137,6 +137,56 @@ def test_channel_reports_a_closed_peer():
     right.close()
 
 
+def test_channel_reads_frames_that_arrive_together_or_in_pieces_one_at_a_time():
+    left, right = socket.socketpair()
+    try:
+        receiver = Channel(right)
+        frames = [b'{"op":"a"}', b'{"ok":"' + b"y" * 200_000 + b'"}', b'{"ok":3}']
+        wire = b"".join(len(f).to_bytes(4, "big") + f for f in frames)
+        sender = threading.Thread(target=lambda: [left.sendall(wire[i:i + 7_001]) for i in range(0, len(wire), 7_001)])
+        sender.start()  # (cut anywhere: inside a length, inside a body, across frames)
+        assert receiver.receive() == {"op": "a"}
+        assert receiver.receive() == {"ok": "y" * 200_000}
+        assert receiver.receive() == {"ok": 3}
+        sender.join()
+        left.sendall(len(frames[0]).to_bytes(4, "big") + frames[0] + len(frames[2]).to_bytes(4, "big") + frames[2])
+        assert receiver.receive() == {"op": "a"}  # (one recv took both: the second waits in the buffer)
+        assert receiver.receive() == {"ok": 3}
+    finally:
+        left.close()
+        right.close()
+
+
+def test_channel_receive_exact_leaves_what_follows_the_frame_on_the_socket():
+    left, right = socket.socketpair()
+    try:
+        Channel(left).send({"op": "program"})
+        left.sendall(b"raw stream bytes")
+        assert Channel(right).receive_exact() == {"op": "program"}
+        assert right.recv(100) == b"raw stream bytes"
+    finally:
+        left.close()
+        right.close()
+
+
+def test_channel_timeout_is_the_kernel_s_and_raises_timeout_error():
+    left, right = socket.socketpair()
+    try:
+        receiver = Channel(right)
+        receiver.set_timeout(0.2)
+        assert right.gettimeout() is None  # (blocking: no poll before each read)
+        with pytest.raises(TimeoutError):
+            receiver.receive()
+        Channel(left).send({"ok": 1})
+        assert receiver.receive() == {"ok": 1}
+        receiver.set_timeout(None)
+        Channel(left).send({"ok": 2})
+        assert receiver.receive() == {"ok": 2}
+    finally:
+        left.close()
+        right.close()
+
+
 @pytest.mark.parametrize("value", [
     bytearray(b"\x00ab"), datetime.datetime(2021, 5, 4, 3, 2, 1, 7, tzinfo=datetime.timezone.utc),
     datetime.datetime(2021, 5, 4, tzinfo=datetime.timezone(datetime.timedelta(hours=-3), "BRT")),
