@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from scipy import stats
 
 from factory.verifiers._pipeline import is_objective
 
@@ -59,6 +58,8 @@ def judge_auc(scores: Sequence[float], passed: Sequence[bool]) -> float | None:
     n_pass, n_fail = int(labels.sum()), int((~labels).sum())
     if n_pass == 0 or n_fail == 0:
         return None
+    from scipy import stats  # here, not at import: the largest import of the verifiers package
+
     ranks = stats.rankdata(values)  # ties get the average rank, which is what makes them count half
     u = float(ranks[labels].sum()) - n_pass * (n_pass + 1) / 2
     return u / (n_pass * n_fail)
@@ -77,6 +78,8 @@ def judge_spearman(scores: Sequence[float], passed: Sequence[bool]) -> float | N
     values, labels = _paired(scores, passed)
     if len(values) < 2 or np.all(values == values[0]) or np.all(labels == labels[0]):
         return None
+    from scipy import stats
+
     rho = float(stats.spearmanr(values, labels.astype(float)).statistic)
     return None if math.isnan(rho) else rho
 
