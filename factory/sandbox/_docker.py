@@ -683,13 +683,22 @@ class DockerSandbox(Sandbox):
             # its own, so a pre-started one would be waste) unless one was prestarted for it; any other comes
             # from the pool when one is ready.
             launched = await _blocking(_POOL.take, client, kwargs, shared is None)
-            self._container, self._stdin, self._pool_key = launched.container, launched.stdin, launched.key
             files = {_key(p): _as_bytes(c) for p, c in self.spec.files.items()}
             files.update({_key(p): _as_bytes(c) for p, c in self.spec.readonly_files.items()})
             header = json.dumps({"readonly": self._readonly, "uid": _UID}).encode() + b"\n"
-            async with self._lock:
-                seeded = await _blocking(self._exec_finish, launched.seed, header + _tar(files), 1 << 20,
-                                                 _FILE_OP_TIMEOUT_S, time.monotonic())
+            for attempt in range(2):
+                self._container, self._stdin, self._pool_key = launched.container, launched.stdin, launched.key
+                async with self._lock:
+                    seeded = await _blocking(self._exec_finish, launched.seed, header + _tar(files), 1 << 20,
+                                             _FILE_OP_TIMEOUT_S, time.monotonic())
+                if seeded.exit_code != 126 or attempt:
+                    break
+                # 126: the engine could not run the seed step in a container started ahead (runc's exec failed,
+                # seen at load ~20; nothing of ours ran there): that container goes, a new one is made for this.
+                _POOL.release(self._pool_key)
+                _POOL.retire(self._container, self._stdin)
+                self._container = self._stdin = None
+                launched = await _blocking(_launch, client, kwargs)
             if seeded.exit_code == 127:
                 raise SandboxUnavailableError(f"the docker image {self.image} has no python3 (the file tools need it)")
             if seeded.exit_code != 0:
