@@ -161,6 +161,7 @@ async def measure(half: str, planners: list[str], judge: str, sandbox: str, k: i
                            "failed_steps": len(plan.get("failed_steps") or []),
                            "actions_ok": f"{sum(bool(a.get('ok')) for a in verdict.details.get('actions', []))}"
                                          f"/{len(verdict.details.get('actions', []))}",
+                           "ran": [a.get("action") for a in verdict.details.get("actions", [])],
                            "reason": verdict.details.get("reason"), "seconds": round(seconds, 1),
                            "timings": verdict.details.get("timings")}
                     rows.append(row)
