@@ -72,6 +72,8 @@ PRIVATE_IMPORTS_IN_TESTS = {
                                          "and to make training fail on purpose",
     "tests/verifiers/test_scratch_guard.py": "runs the trusted bootstrap's scratch-area guard (internal to the "
                                              "isolation) in a fresh interpreter, since it replaces that process's open",
+    "tests/feedback/test_feedback.py": "checks one proposal rule on a branch view it builds (the rules are internal to "
+                                       "factory feedback propose)",
     "tests/feedback/test_records.py": "checks the spans export's per-message polarity resolution (internal to the "
                                       "export) against the records it reads",
     "tests/trainers/test_ensemble.py": "checks the reward ensemble's bootstrap resamples and manifest name "

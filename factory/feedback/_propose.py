@@ -25,6 +25,11 @@ be shown. The rules, by name:
     A branch whose tests verdict failed: the last turn that wrote a file
     (not a test file) before it ended; evidence: the verifier's failing
     tests and assertions.
+``no_tool_use`` (negative)
+    A branch whose tests verdict failed although it called no tool at all
+    (it answered in text, perhaps with a tool call written out as JSON for a
+    tool it does not have): its last assistant turn; evidence: the reply and
+    the verifier's failing tests.
 ``final_fix`` (positive)
     A branch that passed every objective verifier with nothing detected or
     suspected: the turns whose ``write_file`` produced a file of the final
@@ -52,7 +57,7 @@ from factory.store import FeedbackRecord, feedback_id, utc_now
 __all__ = ["PROPOSAL_RULES", "PROPOSAL_VERSION", "Finding", "ProposalRule", "propose_for_branch"]
 
 #: Bumped whenever a rule changes what it finds: recorded in every proposal's evidence.
-PROPOSAL_VERSION = "1"
+PROPOSAL_VERSION = "2"
 _OUTPUT_CHARS = 600
 _ASSERTION_CHARS = 240
 
@@ -212,6 +217,19 @@ def _final_test_failure(view: BranchView) -> list[Finding]:
     return [Finding(turn, {"final_verdict": failures, "files": sorted({p for t, p in writes if t == turn})}, hint)]
 
 
+def _no_tool_use(view: BranchView) -> list[Finding]:
+    failures = _verifier_failures(view)
+    if failures is None or failures["status"] != "fail" or view.tool_results or not view.turns:
+        return []
+    turn = len(view.turns) - 1
+    reply = str(view.messages[view.turns[turn]].get("content") or "")
+    first = next(iter(failures["failures"].items()), None)
+    hint = ("You answered without calling any tool, so nothing in the workspace changed and the tests still fail"
+            + (f" ({first[0]}: {first[1]})" if first else "") + ". Use your tools: read the files, edit the code "
+            "under test, run the tests, and submit only once they pass.")
+    return [Finding(turn, {"final_verdict": failures, "reply": _short(reply)}, hint)]
+
+
 def _final_fix(view: BranchView) -> list[Finding]:
     if view.objective_pass is not True or view.hacked or "tests" not in view.verdicts:
         return []
@@ -239,6 +257,7 @@ PROPOSAL_RULES: tuple[ProposalRule, ...] = (
                  _hack_detected),
     ProposalRule("final_test_failure", "negative", "the last edit of a branch whose tests failed",
                  _final_test_failure),
+    ProposalRule("no_tool_use", "negative", "the last turn of a failed branch that called no tool", _no_tool_use),
     ProposalRule("final_fix", "positive", "the turns of a clean passing branch that wrote the final fix",
                  _final_fix),
 )

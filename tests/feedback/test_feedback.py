@@ -148,3 +148,25 @@ def test_a_teacher_model_writes_the_hints_of_negative_proposals(db, replay_file)
             assert row["evidence"]["rule_hint"]  # the rule's own hint kept beside it
         else:
             assert row["hint"] is None and "teacher" not in row["evidence"]
+
+
+def test_a_failed_branch_that_called_no_tool_gets_a_hint_on_its_last_turn():
+    """A small model that writes a tool call out as text (for a tool it does not have) never acts: the rule says so."""
+    from factory.feedback._branch import BranchView
+    from factory.feedback._propose import propose_for_branch
+
+    reply = '```json\n{"name": "factorial", "arguments": {"path": "/workspace/solution.py"}}\n```'
+    messages = [{"role": "system", "content": "Use the tools."}, {"role": "user", "content": "Fix factorial(0)."},
+                {"role": "assistant", "content": reply}]
+    verdict = {"status": "fail", "score": 0.5, "details": {
+        "passed": 1, "total": 2, "failed": ["test_solution.py::test_zero"],
+        "failures": {"test_solution.py::test_zero": "assert 0 == 1"}}}
+    view = BranchView("r", TASK, 0, messages, turns=[2], verdicts={"tests": verdict}, objective_pass=False)
+    (record,) = propose_for_branch(view)
+    assert (record.turn, record.polarity) == (0, "negative")
+    assert "without calling any tool" in record.hint and "test_zero" in record.hint
+    (finding,) = record.evidence["findings"]
+    assert finding["rule"] == "no_tool_use" and '"factorial"' in finding["reply"]
+    # A branch that did call a tool, or one that passed, is left to the other rules.
+    assert not propose_for_branch(BranchView("r", TASK, 0, messages, turns=[2], verdicts={"tests": {
+        **verdict, "status": "pass"}}, objective_pass=True))
