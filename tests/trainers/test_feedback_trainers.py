@@ -257,7 +257,7 @@ def test_hint_distillation_end_to_end_on_the_embedded_model(cli, tmp_path):
     base_dir = save_policy(*load_policy(resolve_policy("local")), tmp_path / "base")["model"]
     before = json.loads(step("fork local", "fork", tasks, "--model", "local", *fork, "--run-id", "before", "--json"))
     proposed = json.loads(step("feedback propose", "feedback", "propose", "before", "--db", db, "--json"))
-    hinted = [p["id"] for p in proposed["proposals"] if p.get("hint")]
+    hinted = [p["feedback_id"] for p in proposed["proposals"] if p.get("hint")]
     assert hinted, f"no proposal with a hint on {before['verified'] - before['passed']} failed branch(es)"
     step("feedback accept", "feedback", "accept", *hinted, "--db", db)
     export = json.loads(step("export hints", "export", "hints", "--run", "before", "--db", db, "--out",
