@@ -151,10 +151,12 @@ def test_honest_page_passes_broken_page_fails_and_frames_are_artifacts(tmp_path)
     assert again.details["timings"]["browser_start_s"] < honest.details["timings"]["browser_start_s"]
 
 
-@needs_chromium
-def test_front_end_task_forks_verifies_ranks_and_exports(tmp_path, cli):
-    """Fork, verify, rank and export a front-end task; the commands run in this process (the real click group):
-    three more interpreters importing factory cost more than the two verifications."""
+def fork_rank_export(tmp_path, cli, *sandbox: str) -> list[tuple[str, float, dict]]:
+    """Fork the counter task (an honest and a broken branch, replay planner and judge), rank and export DPO.
+
+    The commands run in this process (the real click group): three more interpreters importing factory cost more
+    than the two verifications. Returns the browser verdicts' (status, score, details) by branch.
+    """
     task = json.loads((FIXTURES / "tasks.jsonl").read_text().splitlines()[0])
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text(json.dumps(task) + "\n")
@@ -173,20 +175,27 @@ def test_front_end_task_forks_verifies_ranks_and_exports(tmp_path, cli):
         return result.stdout
 
     summary = json.loads(run("fork", tasks, "--model", f"replay:{policy}", "-n", 2, "-c", 1, "--db", db,
-                             "--run-id", "fe", "--judge", f"replay:{GOLDEN / 'browser-judge.replay.jsonl'}",
+                             "--run-id", "fe", *sandbox, "--judge", f"replay:{GOLDEN / 'browser-judge.replay.jsonl'}",
                              "--planner", f"replay:{GOLDEN / 'browser-planner.replay.jsonl'}",
                              "--judge-samples", 1, "--json"))
     assert summary["status"] == "finished"
     with duckdb.connect(str(db), read_only=True) as connection:
-        rows = connection.execute("SELECT status, score FROM verdicts WHERE verifier = 'browser' "
+        rows = connection.execute("SELECT status, score, details FROM verdicts WHERE verifier = 'browser' "
                                   "ORDER BY branch_index").fetchall()
-    assert rows == [("pass", 1.0), ("fail", pytest.approx(0.4))]
+    assert [(status, score) for status, score, _ in rows] == [("pass", 1.0), ("fail", pytest.approx(0.4))], rows
     assert any((tmp_path / "f-artifacts" / "frames").iterdir())
     run("rank", "fe", "--db", db)
     out = tmp_path / "dpo.jsonl"
     run("export", "dpo", "--run", "fe", "--out", out, "--db", db)
     pairs = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(pairs) == 1 and "if (n > 0)" in json.dumps(pairs[0]["chosen"])
+    return [(status, score, json.loads(details)) for status, score, details in rows]
+
+
+@needs_chromium
+def test_front_end_task_forks_verifies_ranks_and_exports(tmp_path, cli):
+    """Fork, verify, rank and export a front-end task (bwrap): the honest page passes, the broken one fails."""
+    fork_rank_export(tmp_path, cli)
 
 
 # ---------------------------------------------------------------------- the golden corpus (slow)

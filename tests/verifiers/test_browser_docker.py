@@ -11,9 +11,7 @@ verdicts must be bwrap's. Tests skip, saying why, where no engine answers or an 
 from __future__ import annotations
 
 import asyncio
-import json
 
-import duckdb
 import pytest
 
 from factory.sandbox import (
@@ -25,7 +23,7 @@ from factory.sandbox import (
 )
 from factory.tasks import Task
 from factory.verifiers import VerificationPipeline, load_golden, run_golden
-from tests.verifiers.test_browser import FIXTURES, GOLDEN, _counter, _page, _verifier, _verify
+from tests.verifiers.test_browser import GOLDEN, _counter, _page, _verifier, _verify, fork_rank_export
 
 BROWSER_OK, BROWSER_WHY = docker_image_status(browser_image_tag())  # no engine answers: not OK either, says so
 needs_browser_image = pytest.mark.skipif(not BROWSER_OK, reason=(
@@ -64,44 +62,11 @@ def test_front_end_task_forks_on_docker_verifies_ranks_and_exports(tmp_path, cli
     agent_ok, agent_why = docker_image_status(default_image_tag())
     if not agent_ok:
         pytest.skip(f"docker agent image: {agent_why}")
-    task = json.loads((FIXTURES / "tasks.jsonl").read_text().splitlines()[0])
-    tasks = tmp_path / "tasks.jsonl"
-    tasks.write_text(json.dumps(task) + "\n")
-    policy = tmp_path / "policy.jsonl"
-    entries = [{"turn": 0, "response": {"text": "", "tool_calls": [{"name": "write_file", "arguments": {
-                   "path": "index.html", "content": _page(variant)["index.html"].decode()}}]}}
-               for variant in ("honest", "broken")]
-    entries.append({"turn": 1, "response": {"text": "", "tool_calls": [{"name": "submit",
-                                                                         "arguments": {"answer": "done"}}]}})
-    policy.write_text("".join(json.dumps(entry) + "\n" for entry in entries))
-    db = tmp_path / "f.duckdb"
-
-    def run(*args):
-        result = cli(*args)
-        assert result.exit_code == 0, result.output[-2000:]
-        return result.stdout
-
-    summary = json.loads(run("fork", tasks, "--model", f"replay:{policy}", "-n", 2, "-c", 1, "--db", db,
-                             "--run-id", "fe", "--sandbox", "docker",
-                             "--judge", f"replay:{GOLDEN / 'browser-judge.replay.jsonl'}",
-                             "--planner", f"replay:{GOLDEN / 'browser-planner.replay.jsonl'}",
-                             "--judge-samples", 1, "--json"))
-    assert summary["status"] == "finished"
-    with duckdb.connect(str(db), read_only=True) as connection:
-        rows = connection.execute("SELECT status, score, details FROM verdicts WHERE verifier = 'browser' "
-                                  "ORDER BY branch_index").fetchall()
-    assert [(status, score) for status, score, _ in rows] == [("pass", 1.0), ("fail", pytest.approx(0.4))], rows
-    honest, broken = (json.loads(details) for _, _, details in rows)
+    (_, _, honest), (_, _, broken) = fork_rank_export(tmp_path, cli, "--sandbox", "docker")
     assert [item["pass"] for item in honest["items"]] == [True, True, True]
     assert honest["automation"]["webdriver"] is False and "Headless" not in honest["automation"]["user_agent"]
     assert broken["critical_failed"] == ["C2"]
     assert '+- paragraph: "Count: -1"' in broken["actions"][4]["aria_diff"]
-    assert any((tmp_path / "f-artifacts" / "frames").iterdir())
-    run("rank", "fe", "--db", db)
-    out = tmp_path / "dpo.jsonl"
-    run("export", "dpo", "--run", "fe", "--out", out, "--db", db)
-    pairs = [json.loads(line) for line in out.read_text().splitlines()]
-    assert len(pairs) == 1 and "if (n > 0)" in json.dumps(pairs[0]["chosen"])
 
 
 def _golden(tmp_path, exploits: tuple[str, ...], honest: bool):
