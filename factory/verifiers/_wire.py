@@ -1085,10 +1085,10 @@ class Channel:
         except BlockingIOError:  # (SO_SNDTIMEO passed)
             raise TimeoutError("timed out") from None
 
-    def _recv(self, wanted: int) -> bytes:
-        """At least one byte (up to ``wanted``, or whatever is in if more)."""
+    def _recv(self, wanted: int, exact: bool = False) -> bytes:
+        """At least one byte: up to ``wanted`` (``exact``), else whatever is in, up to 1 MiB."""
         try:
-            chunk = self.sock.recv(min(max(wanted, 1 << 16), 1 << 20))
+            chunk = self.sock.recv(min(wanted if exact else max(wanted, 1 << 16), 1 << 20))
         except BlockingIOError:  # (SO_RCVTIMEO passed)
             raise TimeoutError("timed out") from None
         if not chunk:
@@ -1101,12 +1101,7 @@ class Channel:
         del self.buffer[:n]
         n -= len(chunks[0])
         while n:
-            try:
-                chunk = self.sock.recv(min(n, 1 << 20))
-            except BlockingIOError:
-                raise TimeoutError("timed out") from None
-            if not chunk:
-                raise EOFError("the other side closed the channel")
+            chunk = self._recv(n, exact=True)
             chunks.append(chunk)
             n -= len(chunk)
         return b"".join(chunks)
