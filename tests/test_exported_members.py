@@ -95,6 +95,12 @@ def source_files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
 
 
+def suite_sources(tests: Path) -> list[Path]:
+    """The suite's own modules: not the third-party libraries vendored under ``data/realworld`` as test data."""
+    vendored = tests / "data" / "realworld"
+    return [p for p in source_files(tests) if not p.is_relative_to(vendored)]
+
+
 def dotted(path: Path, base: Path) -> str:
     parts = list(path.relative_to(base).with_suffix("").parts)
     if parts[-1] == "__init__":
@@ -132,9 +138,15 @@ def lazy_map(package: str) -> dict[str, str]:
 # ------------------------------------------------------------------ resolve and document
 
 
-@functools.cache
 def parsed(path: Path) -> ast.Module:
-    return ast.parse(path.read_text(), filename=str(path))
+    return parsed_text(path.read_text())
+
+
+@functools.cache
+def parsed_text(code: str) -> ast.Module:
+    """``code`` parsed once per session: the planted-import checks re-read whole copies of the package that differ
+    from it in one file."""
+    return ast.parse(code)
 
 
 @functools.cache
@@ -208,32 +220,41 @@ def test_every_public_name_is_documented(package):
 # ------------------------------------------------------------------ used on a user-facing path
 
 
-def imports_from(tree: ast.AST, package: str) -> set[str]:
-    """Names taken from ``package``: ``from package import x`` and ``alias.x`` where ``alias`` is the package."""
-    names: set[str] = set()
-    aliases: set[str] = set()
-    parent, _, leaf = package.rpartition(".")
+@functools.cache
+def import_facts(tree: ast.AST) -> tuple[tuple[tuple[str, tuple[tuple[str, str], ...]], ...], tuple[str, ...],
+                                         tuple[tuple[str, str], ...]]:
+    """One walk of ``tree``: its absolute ``from`` imports (module, ((name, bound name), ...)), its plain imports
+    (module, bound name) and its attribute chains (dotted base, attribute); every package's question reads these."""
+    froms, imports, chains = [], [], []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and not node.level:
-            if node.module == package:
-                names.update(a.name for a in node.names)
-            elif parent and node.module == parent:
-                aliases.update(a.asname or a.name for a in node.names if a.name == leaf)
+            froms.append((node.module or "", tuple((a.name, a.asname or a.name) for a in node.names)))
         elif isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.name == package:
-                    aliases.add(alias.asname or package)
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute):
+            imports.extend((alias.name, alias.asname or alias.name) for alias in node.names)
+        elif isinstance(node, ast.Attribute):
             chain, value = [node.attr], node.value
             while isinstance(value, ast.Attribute):
                 chain.append(value.attr)
                 value = value.value
             if isinstance(value, ast.Name):
                 chain.append(value.id)
-                dotted_name = ".".join(reversed(chain[1:]))
-                if dotted_name in aliases:
-                    names.add(node.attr)
+                chains.append((".".join(reversed(chain[1:])), node.attr))
+    return tuple(froms), tuple(imports), tuple(chains)
+
+
+def imports_from(tree: ast.AST, package: str) -> set[str]:
+    """Names taken from ``package``: ``from package import x`` and ``alias.x`` where ``alias`` is the package."""
+    froms, imports, chains = import_facts(tree)
+    names: set[str] = set()
+    aliases: set[str] = set()
+    parent, _, leaf = package.rpartition(".")
+    for module, bound in froms:
+        if module == package:
+            names.update(name for name, _ in bound)
+        elif parent and module == parent:
+            aliases.update(alias for name, alias in bound if name == leaf)
+    aliases.update(alias for module, alias in imports if module == package)
+    names.update(attr for base, attr in chains if base in aliases)
     return names
 
 
@@ -248,7 +269,7 @@ def users(package: str) -> dict[str, set[str]]:
     for path in source_files(ROOT):
         if package_of(dotted(path, REPO)) != package:
             note(imports_from(parsed(path), package), str(path.relative_to(REPO)))
-    for path in source_files(TESTS):
+    for path in suite_sources(TESTS):
         if path.name != Path(__file__).name:
             note(imports_from(parsed(path), package), str(path.relative_to(REPO)))
     readme = (REPO / "README.md").read_text()
@@ -270,6 +291,7 @@ def test_every_public_name_has_a_user(package):
 # ------------------------------------------------------------------ private modules stay private
 
 
+@functools.cache
 def private_imports(tree: ast.AST, module: str) -> list[tuple[int, str]]:
     """(line, target) of every import of another package's private module in ``tree``."""
     found = []
@@ -298,14 +320,14 @@ def private_import_violations(root: Path, tests: Path | None = None) -> list[str
     for path in source_files(root):
         module = dotted(path, root.parent)
         problems += [f"{path}:{line}: {module} imports {target}" for line, target in
-                     private_imports(ast.parse(path.read_text()), module)]
+                     private_imports(parsed_text(path.read_text()), module)]
     if tests is not None:
-        for path in source_files(tests):
+        for path in suite_sources(tests):
             relative = f"tests/{path.relative_to(tests)}"
             if relative in PRIVATE_IMPORTS_IN_TESTS:
                 continue
             problems += [f"{relative}:{line}: imports {target}" for line, target in
-                         private_imports(ast.parse(path.read_text()), "tests")]
+                         private_imports(parsed_text(path.read_text()), "tests")]
     return problems
 
 
