@@ -85,7 +85,7 @@ def isolated_outcomes(library: Library, verifier: TestsVerifier, extra_args: tup
     started = time.perf_counter()
     run = asyncio.run(run_isolated(task, solution_files(task, library.source), args,
                                    sandbox=verifier.reference_sandbox or "bwrap", limits=verifier.limits,
-                                   timeout_s=verifier.timeout_s))
+                                   timeout_s=verifier.timeout_s, inactivity_s=verifier.inactivity_s))
     seconds = time.perf_counter() - started
     if run.payload is None:
         return {"unreported": True, "exit": run.exit_code, "timed_out": run.timed_out,

@@ -67,6 +67,8 @@ def _task_files(folder: Path) -> None:
     jsonl("unknown-key.jsonl", {**TASK, "colour": "red"})
     jsonl("duplicate.jsonl", TASK, TASK)
     jsonl("escape.jsonl", {**TASK, "files": {"../up.py": ""}})
+    jsonl("inactivity-zero.jsonl", {**TASK, "limits": {"inactivity_s": 0}})
+    jsonl("inactivity-text.jsonl", {**TASK, "limits": {"inactivity_s": "long"}})
     (folder / "empty.jsonl").write_text("\n")
     latin1 = json.dumps({**TASK, "prompt": "caf\u00e9"}, ensure_ascii=False).encode("latin-1")
     (folder / "latin1.jsonl").write_bytes(latin1 + b"\n")
@@ -202,6 +204,10 @@ CATALOGUE: dict[str, Case] = {
                                "duplicate.jsonl:2: field 'id': duplicate id 'add'", lines=2),
     "tasks-path-escapes": Case("tasks validate {files}/escape.jsonl", 2,
                                "escape.jsonl:1: field 'files': file path '../up.py' must be relative", lines=2),
+    "tasks-inactivity-zero": Case("tasks validate {files}/inactivity-zero.jsonl", 2,
+                                  "inactivity-zero.jsonl:1: field 'limits.inactivity_s'", lines=2),
+    "tasks-inactivity-not-a-number": Case("tasks validate {files}/inactivity-text.jsonl", 2,
+                                          "inactivity-text.jsonl:1: field 'limits.inactivity_s'", lines=2),
     "tasks-empty": Case("tasks validate {files}/empty.jsonl", 2, "empty.jsonl: no tasks in file", lines=2),
     "tasks-not-utf8": Case("tasks validate {files}/latin1.jsonl", 2, "latin1.jsonl:1: file is not valid UTF-8",
                            lines=2),

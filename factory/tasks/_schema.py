@@ -193,7 +193,9 @@ class TaskLimits(BaseModel):
     """Limits of one task's test runs, over the verifier's defaults (each field optional).
 
     Attributes:
-        timeout_s: Wall-clock seconds the whole test run may take.
+        timeout_s: Wall-clock seconds the whole test run may take (its ceiling).
+        inactivity_s: Seconds an isolated pytest or unittest run may go without a
+            test finishing before it is stopped (the inactivity window).
         cpu_seconds: CPU seconds each process of the run may use (RLIMIT_CPU).
         memory_mb: Address space per process, in MiB.
         max_processes: Processes each sandbox may hold at once (process pools count).
@@ -202,6 +204,7 @@ class TaskLimits(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     timeout_s: float | None = Field(default=None, gt=0, le=3600)
+    inactivity_s: float | None = Field(default=None, gt=0, le=3600)
     cpu_seconds: int | None = Field(default=None, gt=0, le=3600)
     memory_mb: int | None = Field(default=None, ge=64, le=65536)
     max_processes: int | None = Field(default=None, ge=4, le=4096)
@@ -405,6 +408,8 @@ class Task(BaseModel):
         for name, default in _LATER_FIELD_DEFAULTS.items():
             if data.get(name) == default:
                 data.pop(name, None)
+        if isinstance(data.get("limits"), dict) and data["limits"].get("inactivity_s") is None:
+            data["limits"].pop("inactivity_s", None)  # (a later field: tasks with limits keep their hash)
         return data
 
     def task_hash(self) -> str:

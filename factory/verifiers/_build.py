@@ -9,7 +9,7 @@ from factory.sandbox import SandboxLimits
 from factory.verifiers._browser import BrowserVerifier
 from factory.verifiers._judge import JudgeBudget, ScalarLLMJudgeVerifier
 from factory.verifiers._pipeline import VerificationPipeline
-from factory.verifiers._tests import TestsVerifier
+from factory.verifiers._tests import DEFAULT_CEILING_S, TestsVerifier
 
 __all__ = ["build_pipeline"]
 
@@ -44,7 +44,9 @@ def build_pipeline(sandbox: str, limits: SandboxLimits | None = None, *, policy_
         JudgeSameAsPolicyWarning: The judge is the policy model (callers show it to the user).
     """
     limits = limits or SandboxLimits()
-    verifiers = {"tests": TestsVerifier(penalty=hack_penalty, timeout_s=max(120.0, limits.timeout_s),
+    # The test runs' own ceiling (CPU follows it), not the branch's per-command limit: a real suite that keeps
+    # finishing tests must not be cut off (the inactivity window stops a hung one sooner).
+    verifiers = {"tests": TestsVerifier(penalty=hack_penalty, timeout_s=max(DEFAULT_CEILING_S, limits.timeout_s),
                                         reference_sandbox=sandbox, limits=limits)}
     if judge_spec:
         options = ModelOptions(base_url=base_url, timeout_s=request_timeout_s)

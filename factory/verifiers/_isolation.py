@@ -423,9 +423,17 @@ async def await_trusted(trusted: asyncio.Future, server: asyncio.Future, socket_
     return await trusted
 
 
+def default_call_timeout(timeout_s: float, inactivity_s: float | None) -> float:
+    """How long one call into the solution may wait for its next message: three quarters of the inactivity
+    window (half the ceiling without one), so a hung call fails its test and the run goes on (the other tests
+    report) before the window would stop the whole run."""
+    return min(timeout_s / 2, 0.75 * inactivity_s) if inactivity_s else timeout_s / 2
+
+
 async def run_isolated(task: Task, solution: Mapping[str, str | bytes], args: list[str] | None, *, sandbox: str,
                        limits: SandboxLimits, timeout_s: float, call_timeout_s: float | None = None,
-                       command: str | None = None, warm: bool = True) -> IsolatedRun:
+                       command: str | None = None, warm: bool = True,
+                       inactivity_s: float | None = None) -> IsolatedRun:
     """Run the task's tests in a trusted sandbox against ``solution`` served from another.
 
     Args:
@@ -436,10 +444,13 @@ async def run_isolated(task: Task, solution: Mapping[str, str | bytes], args: li
             in the trusted sandbox (with ``args`` None); its exit status is the report.
         sandbox: Backend name for both sandboxes.
         limits: Limits of each sandbox.
-        timeout_s: Wall-clock limit of the whole run.
-        call_timeout_s: Longest a single call into the solution may take
-            (default: half of ``timeout_s``); past it the solution counts as hung
+        timeout_s: Wall-clock limit of the whole run (its ceiling).
+        call_timeout_s: Longest a single call into the solution may wait for
+            its next message (default: :func:`call_timeout`); past it the solution counts as hung
             and its remaining calls fail at once, so the other tests still report.
+        inactivity_s: A pytest run (``args``) in which no test finishes for this
+            long is stopped by the trusted runner itself, with a report saying so
+            (``payload["stopped"]``); None: the ceiling alone.
         warm: Fork the trusted side from a warm runner that has imported pytest
             already (:mod:`._warm`), where the backend has one and one starts
             (else, as with False: a fresh trusted sandbox and interpreter).
@@ -454,7 +465,7 @@ async def run_isolated(task: Task, solution: Mapping[str, str | bytes], args: li
 
         try:
             return await run_warm(task, solution, args, sandbox=sandbox, limits=limits, timeout_s=timeout_s,
-                                  call_timeout_s=call_timeout_s, command=command)
+                                  call_timeout_s=call_timeout_s, command=command, inactivity_s=inactivity_s)
         except WarmUnavailable as exc:  # nothing ran: the fresh trusted sandbox judges it as well
             _log.warning("%s; verifying with a fresh trusted sandbox", exc)
     data, tests = trusted_files(task)
@@ -475,7 +486,7 @@ async def run_isolated(task: Task, solution: Mapping[str, str | bytes], args: li
         probe = create_sandbox(sandbox, SandboxSpec(shared_dir=shared, image=task.image))
         shared_path = probe.shared_path
         scratch = f"{shared_path}/{SCRATCH_NAME}"
-        call_timeout = call_timeout_s or timeout_s / 2
+        call_timeout = call_timeout_s or default_call_timeout(timeout_s, inactivity_s)
         programs = sorted(p for p in solution if p not in data and p not in tests)
         boundary = {"socket": f"{shared_path}/{SOCKET_NAME}", "modules": modules, "programs": programs,
                     "scratch": scratch, "call_timeout": call_timeout, "connect_timeout": timeout_s}
@@ -503,7 +514,8 @@ async def run_isolated(task: Task, solution: Mapping[str, str | bytes], args: li
                     # A hung call must leave the trusted side time to report the other tests.
                     runner_settings = {"socket": boundary["socket"], "modules": modules,
                                        "args": [*args, f"--basetemp={scratch}/pytest"], "nonce": nonce,
-                                       "call_timeout": call_timeout, "connect_timeout": boundary["connect_timeout"]}
+                                       "call_timeout": call_timeout, "connect_timeout": boundary["connect_timeout"],
+                                       "inactivity": inactivity_s}
                     trusted = trusted_box.exec(trusted_command(RUNNER_NAME), timeout=timeout_s,
                                                stdin=json.dumps(runner_settings))
                 else:

@@ -55,11 +55,30 @@ judged by the exit status of that process tree, which ran no agent code
 (``details.method = "exit_code"``). Only ``in-process`` tasks run a command in
 the final workspace, judged by its exit code.
 
-Limits: the verifier's defaults (``timeout_s``; CPU seconds per process equal
-to it, so the wall clock, not RLIMIT_CPU, bounds a slow suite), overridden
-per task by ``Task.limits``. A run a limit stopped fails with
-``details.limit`` naming it (``time``, ``cpu``, ``output``) and never counts
-as a report. A pytest internal or usage error (exit 3 or 4) or a trusted
+Limits follow progress, not a flat clock. An isolated pytest or unittest run
+is stopped when no test has finished for the *inactivity window*
+(``inactivity_s``, default 120 s; the trusted runner sees every test's
+report and stops itself), under a *ceiling* on the whole run (``timeout_s``,
+default 600 s), with CPU seconds per process equal to the ceiling (so the
+clock, not RLIMIT_CPU, bounds a slow suite). One call into the solution may
+wait three quarters of the window for its next message, so a hung call fails
+its own test and the others still report. A hung solution is thus stopped
+sooner than by the old flat 180 s, while a real suite that keeps finishing
+tests runs on; a policy that keeps a run alive by finishing tests slowly is
+bounded by the ceiling. Runs the verifier cannot watch test by test (a
+command judged by its exit status, ``in-process`` runs) keep a flat
+``unwatched_timeout_s`` (180 s). ``Task.limits`` overrides each
+(``timeout_s``, ``inactivity_s``, ``cpu_seconds``, ...). The defaults come
+from the twelve vendored real-world suites (``tests/verifiers/test_realworld.py``,
+measured on 2 cores): bare pytest 2-41 s a suite and at most 6 s for one
+test; isolated, more-itertools is the slowest, 341 s at load 16-20 with 106 s
+for its slowest test (``test_nested_remainder``, one crossing per item), the
+other eleven under 180 s. The window is that slowest test with headroom, the
+ceiling nearly twice that slowest suite. A run a limit stopped fails with
+``details.limit`` naming it (``inactivity``, ``time`` for the ceiling,
+``cpu``, ``output``) and never counts as a report; a verdict that ran to the
+end says how near it came to the window (``details.quiet_s``: the longest
+stretch without a test finishing). A pytest internal or usage error (exit 3 or 4) or a trusted
 side that died without a report, in isolation, is the verifier's error
 (status ``error``), never a hack code.
 
@@ -405,12 +424,24 @@ def _junit_node(nodeid: str) -> str:
 
 _SIGXCPU = 24
 
+#: The default ceiling of a test run (wall clock) and its CPU seconds per process: see the module's docstring.
+DEFAULT_CEILING_S = 600.0
+#: The default inactivity window: an isolated pytest run with no test finishing for this long is stopped.
+DEFAULT_INACTIVITY_S = 120.0
+#: The default wall-clock limit of a run not watched test by test (a command's exit status, in-process).
+DEFAULT_UNWATCHED_S = 180.0
+
 
 def stopped_by(exit_code: int | None, timed_out: bool, output_truncated: bool, limits: SandboxLimits,
-               timeout_s: float) -> dict[str, Any] | None:
-    """The limit that stopped a trusted test run (``name``, ``value``), or None if none did."""
+               timeout_s: float, stopped: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+    """The limit that stopped a trusted test run (``name``, ``value``), or None if none did.
+
+    ``stopped`` is the trusted runner's own stop (its report's ``stopped``: the inactivity window).
+    """
     if timed_out:
-        return {"name": "time", "value": f"{timeout_s:g} s wall clock"}
+        return {"name": "time", "value": f"{timeout_s:g} s wall clock (the run's ceiling)"}
+    if stopped:
+        return {"name": str(stopped.get("name") or "inactivity")[:40], "value": str(stopped.get("value") or "")[:200]}
     if exit_code in (-_SIGXCPU, 128 + _SIGXCPU):
         return {"name": "cpu", "value": f"{limits.cpu_seconds} CPU seconds per process"}
     if output_truncated:
@@ -424,11 +455,16 @@ class TestsVerifier:
 
     Args:
         penalty: Subtracted from the score when tampering is detected (floored at 0).
-        timeout_s: Wall-clock limit of the test run.
+        timeout_s: The ceiling: wall-clock limit of a whole test run (CPU seconds
+            per process are at least as many).
         reference_sandbox: Backend for the reference run of the pristine task
             (None: no reference run; collection checks are then skipped).
-        limits: Limits of the reference sandbox.
+        limits: Limits of the test runs' sandboxes (CPU raised to follow the ceiling).
         monitor: How the behaviour monitor's suspicions weigh (default: recorded, no penalty).
+        inactivity_s: An isolated pytest run with no test finishing for this long
+            is stopped (None: the ceiling alone).
+        unwatched_timeout_s: Wall-clock limit of a run not watched test by test
+            (a command judged by its exit status, an ``in-process`` run), at most the ceiling.
     """
 
     __test__ = False  # not a pytest test class, whatever its name
@@ -436,17 +472,21 @@ class TestsVerifier:
     needs_sandbox: ClassVar[bool] = True
     objective: ClassVar[bool] = True
 
-    def __init__(self, penalty: float = 0.4, timeout_s: float = 180.0, reference_sandbox: str | None = "bwrap",
-                 limits: SandboxLimits | None = None, monitor: MonitorConfig | None = None):
+    def __init__(self, penalty: float = 0.4, timeout_s: float = DEFAULT_CEILING_S,
+                 reference_sandbox: str | None = "bwrap", limits: SandboxLimits | None = None,
+                 monitor: MonitorConfig | None = None, inactivity_s: float | None = DEFAULT_INACTIVITY_S,
+                 unwatched_timeout_s: float = DEFAULT_UNWATCHED_S):
         self.penalty = penalty
         self.monitor = monitor or MonitorConfig()
         self.timeout_s = timeout_s
+        self.inactivity_s = inactivity_s
+        self.unwatched_timeout_s = min(unwatched_timeout_s, timeout_s)
         self.reference_sandbox = reference_sandbox
-        if limits is None:
-            # CPU seconds per process as many as wall-clock seconds: a suite that fits the time limit is never
-            # cut off by RLIMIT_CPU first (a 30 s suite, isolated, spends more than 60 CPU seconds in all).
-            limits = SandboxLimits(timeout_s=timeout_s, cpu_seconds=max(1, int(timeout_s)))
-        self.limits = limits
+        # CPU seconds per process as many as the ceiling's seconds: a suite that keeps finishing tests is never
+        # cut off by RLIMIT_CPU first (a 30 s suite, isolated, spends more than 60 CPU seconds in all).
+        limits = limits or SandboxLimits(timeout_s=timeout_s)
+        self.limits = dataclasses.replace(limits, timeout_s=timeout_s,
+                                          cpu_seconds=max(limits.cpu_seconds, int(timeout_s), 1))
         # keyed by event loop too: a future belongs to the loop that made it
         self._references: dict[tuple[int, str], asyncio.Future[PytestReport | None]] = {}
         self._command_references: dict[tuple[int, str], asyncio.Future[Any]] = {}
@@ -465,7 +505,8 @@ class TestsVerifier:
         settings = {"nonce": nonce, "args": args, "test_files": watched,
                     "allow_conftest": any(p.rsplit("/", 1)[-1] == "conftest.py" for p in task.all_tests)}
         # A fixed address-space layout: the reference and the in-process run name set-parametrized tests alike.
-        result = await sandbox.exec(stable_layout(["python", "-s", "-c", GUARD_SOURCE]), timeout=self.timeout_s,
+        result = await sandbox.exec(stable_layout(["python", "-s", "-c", GUARD_SOURCE]),
+                                    timeout=self.unwatched_timeout_s,
                                     stdin=json.dumps(settings))
         for line in reversed(result.stdout.splitlines()):
             if line.startswith(nonce + " "):
@@ -542,7 +583,7 @@ class TestsVerifier:
         spec = files_spec(task, workspace, self.limits)
         async with create_sandbox(self.reference_sandbox or "bwrap", spec) as fresh:
             if args is None:
-                result = await fresh.exec(command, timeout=self.timeout_s)
+                result = await fresh.exec(command, timeout=self.unwatched_timeout_s)
                 return self._judge([], findings, None, None, method="exit_code", exit_ok=result.ok,
                                    exit_code=result.exit_code, isolation="in-process")
             payload, reference = await asyncio.gather(self._guarded_run(fresh, task, args),
@@ -551,12 +592,16 @@ class TestsVerifier:
         findings = [dict(t) for t in {tuple(sorted(f.items())) for f in findings}]
         return self._judge(payload, findings, reference, args, isolation="in-process")
 
-    def task_limits(self, task: Task) -> tuple[SandboxLimits, float]:
-        """The sandbox limits and wall-clock limit of ``task``'s test runs: the defaults, then ``task.limits``."""
+    def task_limits(self, task: Task, watched: bool = True) -> tuple[SandboxLimits, float]:
+        """The sandbox limits and wall-clock limit of ``task``'s test runs: the defaults, then ``task.limits``.
+
+        ``watched``: a run the trusted runner watches test by test (the ceiling), else the unwatched limit.
+        """
         custom = task.limits
+        default = self.timeout_s if watched else self.unwatched_timeout_s
         if custom is None:
-            return self.limits, self.timeout_s
-        timeout = custom.timeout_s or self.timeout_s
+            return self.limits, default
+        timeout = custom.timeout_s or default
         changes: dict[str, Any] = {"timeout_s": timeout}
         if custom.cpu_seconds is not None:
             changes["cpu_seconds"] = custom.cpu_seconds
@@ -568,22 +613,33 @@ class TestsVerifier:
             changes["max_processes"] = custom.max_processes
         return dataclasses.replace(self.limits, **changes), timeout
 
+    def task_inactivity(self, task: Task) -> float | None:
+        """The inactivity window of ``task``'s watched test runs (``task.limits.inactivity_s``, else the default)."""
+        if task.limits is not None and task.limits.inactivity_s is not None:
+            return task.limits.inactivity_s
+        return self.inactivity_s
+
     async def _isolated(self, task: Task, workspace: Mapping[str, str | bytes], args: list[str] | None,
                         findings: list[dict[str, Any]], command: str | None = None,
                         method: str = "isolated") -> Verdict:
-        limits, timeout = self.task_limits(task)
+        # A pytest or unittest run is watched test by test in the trusted runner; a command's exit status is not.
+        limits, timeout = self.task_limits(task, watched=args is not None)
+        inactivity = self.task_inactivity(task) if args is not None else None
         run = await run_isolated(task, solution_files(task, workspace), args, sandbox=self.reference_sandbox or "bwrap",
-                                 limits=limits, timeout_s=timeout, command=command)
+                                 limits=limits, timeout_s=timeout, command=command, inactivity_s=inactivity)
         hacks = sorted(findings, key=lambda f: (f["code"], f.get("file", "")))
         common = {"method": method, "isolation": "process", "modules": run.modules}
         if run.payload is not None and run.payload.get("infra_error"):
             # Raised, not judged: an infrastructure failure is never the agent's outcome.
             raise SandboxError(f"isolated test run: {run.payload['infra_error']}")
-        limit = stopped_by(run.exit_code, run.timed_out, run.output_truncated, limits, timeout)
+        limit = stopped_by(run.exit_code, run.timed_out, run.output_truncated, limits, timeout,
+                           (run.payload or {}).get("stopped"))
         if limit is not None:
+            finished = len((run.payload or {}).get("outcomes") or {})
             return self._finish(0.0, hacks, **common, exit_code=run.exit_code, timed_out=run.timed_out or None,
                                 limit=limit, reason=f"the test run was stopped by its {limit['name']} limit "
-                                                    f"({limit['value']})", output_tail=run.output_tail or None)
+                                                    f"({limit['value']})", output_tail=run.output_tail or None,
+                                finished_before_stop=finished if run.payload else None)
         if run.payload is None:
             # The trusted side ran no agent code: its death without a report is the verifier's failure.
             return Verdict.make(self, "error", 0.0, code="trusted_side_crashed", **common,
@@ -655,7 +711,8 @@ class TestsVerifier:
                             solution_error=run.payload.get("solution_error"),
                             failures={node: str(messages.get(node, ""))[-300:] for node in failed[:5]},
                             boundary=boundary_limits(failed, messages, run.payload.get("boundary")),
-                            solution_decided_comparisons=_decided_count(run.payload.get("solution_decided")))
+                            solution_decided_comparisons=_decided_count(run.payload.get("solution_decided")),
+                            quiet_s=run.payload.get("quiet_s"))
 
     async def _command_reference_runs(self, task: Task, command: str, limits: SandboxLimits,
                                        timeout: float) -> set[str] | None:

@@ -4095,8 +4095,17 @@ class _Outcomes:
         self.boundary = []
         self.functions = {}
         self.watched = set()
+        self.progress = time.monotonic()  # when a test (or a file's collection) last finished
+        self.quiet = 0.0  # the longest stretch so far without one finishing, seconds
+
+    def finished(self):
+        """Note that a test or a file's collection finished now (what the inactivity window watches)."""
+        now = time.monotonic()
+        self.quiet = max(self.quiet, now - self.progress)
+        self.progress = now
 
     def pytest_collectreport(self, report):
+        self.finished()
         if report.failed:
             self.collection_errors.append(report.nodeid)
             self.outcomes[report.nodeid or "<collection>"] = "failed"
@@ -4179,7 +4188,7 @@ class _Outcomes:
     def boundary_entries(self):
         """``[{"test", "what"}]``: what could not cross, for each test that failed."""
         entries = list(self.boundary)
-        for node, outcome in self.outcomes.items():
+        for node, outcome in list(self.outcomes.items()):  # (a copy: the inactivity watch reads it from a thread)
             if outcome == "failed":
                 # (what could not cross while collecting is filed under None, before any test ran)
                 key = None if node in self.collection_errors or node == "<collection>" else node
@@ -4187,6 +4196,8 @@ class _Outcomes:
         return entries[:200]
 
     def pytest_runtest_logreport(self, report):
+        if report.when == "teardown":
+            self.finished()
         node = report.nodeid
         previous = self.outcomes.get(node)
         if report.when == "call" and report.passed and node in _NAN["received"] - _NAN["checked"]:
@@ -4225,8 +4236,73 @@ def _connect(path, deadline):
             time.sleep(0.005)
 
 
-def run_tests(settings):
-    """Connect, hook imports, run pytest; return the report payload."""
+_STOPPED_EXIT = 75  # the exit status of a run the inactivity window stopped (its report says so)
+
+
+def _write_report(fd, nonce, payload):
+    """Write the report line ``<nonce> <base64 JSON>`` to ``fd`` (all of it)."""
+    import base64
+    import json
+
+    data = ("\n" + nonce + " " + base64.b64encode(json.dumps(payload).encode()).decode() + "\n").encode()
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def _payload(outcomes, client, exit_code):
+    """The report payload: what pytest's hooks in this process saw, and what the solution's side did."""
+    return {"exit": exit_code, "outcomes": dict(outcomes.outcomes), "messages": dict(outcomes.messages),
+            "collection_errors": list(outcomes.collection_errors), "solution_error": client.broken,
+            "boundary": outcomes.boundary_entries(),
+            # (pytest's usage error when a conftest's import of the solution raised: the solution's failure)
+            "solution_raised_before_tests": client.raised_before_tests,
+            # comparisons and hashes the solution's own methods decided (classes the tests name), per test
+            "solution_decided": {str(k): v for k, v in list(_DECIDED.items())[:1000]},
+            # the longest stretch without a test finishing (how near the run came to its inactivity window)
+            "quiet_s": round(max(outcomes.quiet, time.monotonic() - outcomes.progress), 1)}
+
+
+def _watch_inactivity(outcomes, client, window, nonce, done):
+    """Stop this run once no test has finished for ``window`` seconds: report what did finish, then exit.
+
+    The run's own process decides it, from pytest's reports in this process (the solution never runs
+    here): a hung call, a test looping on the solution, an endless iterator all stop here, long before the
+    run's ceiling, while a slow suite that keeps finishing tests runs on. The report goes to the real
+    stdout (``fd``, a copy taken before pytest captures fd 1). ``done`` (a lock and a flag) keeps it from
+    racing the run's own report.
+    """
+    import threading
+
+    fd = os.dup(1)
+
+    def watch():
+        while True:
+            quiet = time.monotonic() - outcomes.progress
+            if quiet >= window:
+                break
+            time.sleep(min(1.0, window - quiet + 0.01))
+        with done["lock"]:
+            if done["finished"]:
+                return
+            try:
+                payload = _payload(outcomes, client, None)
+            except Exception:  # (the main thread changed what it was reading): the stop alone is the report
+                payload = {"exit": None}
+            payload["stopped"] = {"name": "inactivity", "value": f"{window:g} s without a test finishing"}
+            try:
+                _write_report(fd, nonce, payload)
+            finally:
+                os._exit(_STOPPED_EXIT)
+
+    threading.Thread(target=watch, name="factory-inactivity", daemon=True).start()
+
+
+def run_tests(settings, nonce=None):
+    """Connect, hook imports, run pytest; return the report payload.
+
+    With ``settings["inactivity"]`` (seconds) and ``nonce``, a run in which no test finishes for that long
+    reports and exits (:func:`_watch_inactivity`).
+    """
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     os.environ.pop("PYTEST_ADDOPTS", None)
     try:
@@ -4257,14 +4333,15 @@ def run_tests(settings):
     _watch_nan_checks(pytest)
     _watch_patches(pytest)
     outcomes = _Outcomes()
+    import threading
+
+    done = {"lock": threading.Lock(), "finished": False}
+    if settings.get("inactivity") and nonce:
+        _watch_inactivity(outcomes, client, float(settings["inactivity"]), nonce, done)
     exit_code = pytest.main(["-p", "no:cacheprovider", "-p", "no:pastebin", *settings["args"]], plugins=[outcomes])
-    return {"exit": int(exit_code), "outcomes": outcomes.outcomes, "messages": outcomes.messages,
-            "collection_errors": outcomes.collection_errors, "solution_error": client.broken,
-            "boundary": outcomes.boundary_entries(),
-            # (pytest's usage error when a conftest's import of the solution raised: the solution's failure)
-            "solution_raised_before_tests": client.raised_before_tests,
-            # comparisons and hashes the solution's own methods decided (classes the tests name), per test
-            "solution_decided": {str(k): v for k, v in list(_DECIDED.items())[:1000]}}
+    with done["lock"]:
+        done["finished"] = True
+    return _payload(outcomes, client, int(exit_code))
 
 
 if __name__ == "__main__":
@@ -4275,6 +4352,6 @@ if __name__ == "__main__":
     _settings = json.loads(sys.stdin.read())
     sys.stdin.close()
     _nonce = _settings.pop("nonce")
-    _payload = run_tests(_settings)
+    _report = run_tests(_settings, _nonce)
     sys.stdout.flush()
-    print("\n" + _nonce + " " + base64.b64encode(json.dumps(_payload).encode()).decode(), flush=True)
+    print("\n" + _nonce + " " + base64.b64encode(json.dumps(_report).encode()).decode(), flush=True)

@@ -73,6 +73,7 @@ from factory.verifiers._isolation import (
     _with_bytecode,
     await_trusted,
     bootstrap_source,
+    default_call_timeout,
     module_names,
     package_markers,
     parse_report,
@@ -379,7 +380,7 @@ async def _dispose(box: Sandbox, channel: str) -> None:
 
 async def run_warm(task: Task, solution: Mapping[str, str | bytes], args: list[str] | None, *, sandbox: str,
                    limits: SandboxLimits, timeout_s: float, call_timeout_s: float | None = None,
-                   command: str | None = None) -> IsolatedRun:
+                   command: str | None = None, inactivity_s: float | None = None) -> IsolatedRun:
     """:func:`._isolation.run_isolated` with the trusted side forked from a warm runner (same arguments).
 
     Raises:
@@ -403,7 +404,7 @@ async def run_warm(task: Task, solution: Mapping[str, str | bytes], args: list[s
         channel, channel_in = os.path.join(runner.root, name), f"{runner.inside}/{name}"
         runner.prepare_spare(limits, task.image)  # the next verification's, while this one runs
         scratch = f"{channel_in}/{SCRATCH_NAME}"
-        call_timeout = call_timeout_s or timeout_s / 2
+        call_timeout = call_timeout_s or default_call_timeout(timeout_s, inactivity_s)
         programs = sorted(p for p in solution if p not in data and p not in tests)
         boundary = {"socket": f"{channel_in}/{SOCKET_NAME}", "modules": modules, "programs": programs,
                     "scratch": scratch, "call_timeout": call_timeout, "connect_timeout": timeout_s}
@@ -422,7 +423,8 @@ async def run_warm(task: Task, solution: Mapping[str, str | bytes], args: list[s
         if args is not None:
             settings: dict[str, Any] = {"socket": boundary["socket"], "modules": modules,
                                         "args": [*args, f"--basetemp={scratch}/pytest"], "nonce": nonce,
-                                        "call_timeout": call_timeout, "connect_timeout": boundary["connect_timeout"]}
+                                        "call_timeout": call_timeout, "connect_timeout": boundary["connect_timeout"],
+                                        "inactivity": inactivity_s}
         else:
             settings = {"nonce": nonce, "command": command}
         request = {"mode": "pytest" if args is not None else "command", "settings": settings,

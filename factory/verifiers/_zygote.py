@@ -114,7 +114,7 @@ def _child(request):
     nonce = settings.pop("nonce")
     if request["mode"] == "pytest":
         prepare_runner(os.path.join(os.getcwd(), BOUNDARY_DIR))
-        payload = run_tests(settings)
+        payload = run_tests(settings, nonce)
     else:
         payload = launch(settings)
     import base64

@@ -11,6 +11,7 @@ import asyncio
 import json
 import shutil
 import textwrap
+import time
 
 import pytest
 
@@ -137,13 +138,71 @@ def test_task_limits_are_validated_with_file_line_and_field(tmp_path):
     limits, timeout = TestsVerifier().task_limits(task)
     assert timeout == 300 and limits.timeout_s == 300 and limits.memory_mb == 2048
     assert limits.cpu_seconds >= 300  # more time: CPU follows the clock
-    # Tasks without limits keep their hash.
+    # Tasks without limits keep their hash, and so do tasks with limits that do not set the window.
     assert "limits" not in Task(id="d", prompt="p").canonical()
+    assert "inactivity_s" not in task.canonical()["limits"]
+    for value in (0, -1, "long", 7200):
+        with pytest.raises(ValueError, match="inactivity_s"):
+            Task(id="t", prompt="p", tests={"test_a.py": ""}, limits={"inactivity_s": value})
+    windowed = Task(id="w", prompt="p", tests={"test_a.py": ""}, limits={"inactivity_s": 30})
+    assert TestsVerifier().task_inactivity(windowed) == 30
+    assert TestsVerifier().task_inactivity(task) == TestsVerifier().inactivity_s
 
 
 def test_default_limits_let_a_slow_suite_finish():
     verifier = TestsVerifier()
-    assert verifier.limits.cpu_seconds >= verifier.timeout_s >= 120
+    assert verifier.limits.cpu_seconds >= verifier.timeout_s >= 600  # the ceiling: CPU follows it
+    assert verifier.inactivity_s is not None and verifier.inactivity_s < verifier.unwatched_timeout_s
+    # A fork's verifier (the branch's own 60 s / 60 CPU-s limits) gets the same ceiling, CPU included.
+    from factory.sandbox import SandboxLimits
+    from factory.verifiers._build import build_pipeline
+
+    forked = build_pipeline("bwrap", SandboxLimits()).verifiers["tests"]
+    assert forked.timeout_s >= 600 and forked.limits.cpu_seconds >= forked.timeout_s, forked.limits
+
+
+WAITING_TESTS = ("import time\nfrom solution import add, ready\n\n\ndef test_add():\n    assert add(1, 2) == 3\n\n\n"
+                 "def test_waits_until_ready():\n    while not ready():\n        time.sleep(0.01)\n")
+
+
+def test_a_hung_solution_is_stopped_by_the_inactivity_window_long_before_the_ceiling():
+    # The test loops on the solution (each call answers at once, so no call limit fires): only the absence of
+    # finished tests shows the run is stuck, and the trusted runner stops it, saying which limit.
+    task = Task(id="wait", prompt="p", files={"solution.py": GOOD}, limits={"inactivity_s": 3, "timeout_s": 120},
+                tests={"test_solution.py": WAITING_TESTS})
+    started = time.monotonic()
+    verdict = verify(task, {"solution.py": GOOD + "\n\ndef ready():\n    return False\n"})
+    assert verdict.status == "fail", verdict.details
+    assert verdict.details["limit"]["name"] == "inactivity", verdict.details
+    assert "3 s without a test finishing" in verdict.details["reason"]
+    assert verdict.details["finished_before_stop"] >= 1  # test_add, before the wait
+    assert time.monotonic() - started < 60  # not the ceiling
+
+
+def test_a_slow_suite_that_keeps_finishing_tests_is_not_stopped():
+    tests = "import time\nfrom solution import add\n" + "".join(
+        f"\n\ndef test_slow_{i}():\n    time.sleep(1.2)\n    assert add({i}, 1) == {i + 1}\n" for i in range(3))
+    task = Task(id="slow-steady", prompt="p", files={"solution.py": GOOD}, limits={"inactivity_s": 3, "timeout_s": 120},
+                tests={"test_solution.py": tests})
+    verdict = verify(task, {"solution.py": GOOD})  # 3.6 s of tests in all: more than the window, never idle
+    assert verdict.status == "pass", verdict.details
+    assert verdict.details["passed"] == 3 and verdict.details["quiet_s"] < 3, verdict.details
+
+
+def test_a_solution_finishing_tests_just_inside_the_window_is_stopped_by_the_ceiling():
+    # Red team (issue 27, item 7): a policy that keeps the run alive by answering each call just inside the call
+    # limit (three quarters of the window), so that a test finishes before the window runs out, is bounded by
+    # the ceiling, and the verdict says so.
+    tests = "from solution import add\n" + "".join(
+        f"\n\ndef test_add_{i}():\n    assert add({i}, 1) == {i + 1}\n" for i in range(8))
+    task = Task(id="keep-alive", prompt="p", files={"solution.py": GOOD}, limits={"inactivity_s": 3, "timeout_s": 6},
+                tests={"test_solution.py": tests})
+    stalling = "import time\n\n\ndef add(a, b):\n    time.sleep(1.5)\n    return a + b\n"
+    started = time.monotonic()
+    verdict = verify(task, {"solution.py": stalling})
+    assert verdict.status == "fail", verdict.details
+    assert verdict.details["limit"]["name"] == "time", verdict.details
+    assert time.monotonic() - started < 40
 
 
 def test_a_run_stopped_by_the_time_limit_names_the_limit():

@@ -222,8 +222,8 @@ def alongside(first: Callable[[], A], second: Callable[[], B]) -> tuple[A, B]:
 
 def describe(verdict: Verdict) -> str:
     """The verdict's gist for an assertion message."""
-    keep = ("status", "isolation", "passed", "total", "exit_code", "timed_out", "reason", "hacks", "boundary",
-            "solution_error", "collection_errors", "failures", "output_tail")
+    keep = ("status", "isolation", "passed", "total", "exit_code", "timed_out", "limit", "quiet_s", "reason", "hacks",
+            "boundary", "solution_error", "collection_errors", "failures", "output_tail")
     return json.dumps({k: verdict.details.get(k, verdict.status if k == "status" else None) for k in keep
                        if k == "status" or k in verdict.details}, indent=1, default=str)[:4000]
 
