@@ -45,15 +45,32 @@ DOCKER_CORRECT = CORRECT[:6] + [c for c in CORRECT[6:] if c.task.test_isolation 
 # crosses the import boundary as data and is judged by the same code on every backend; the sandbox plays no
 # part in them, so docker would only repeat bwrap's verdict at a container pair's cost each.
 VALUE_CLASSES = ("eq", "hardcode")
-_CLASS_OF = {json.loads(line)["id"]: json.loads(line).get("class")
-             for line in (GOLDEN / "tests-exploits.jsonl").read_text().splitlines() if line.strip()}
+# On docker by default: the classes whose mechanism is files, processes, tools or what the tests can reach
+# (where a container's layout differs from bwrap's mounts), and any other exploit that brings a file besides
+# its Python modules (a planted report). The rest, patches and guard attacks made inside the solution's own
+# interpreter, meet the same boundary code on every backend: on docker they run with -m slow.
+SANDBOX_CLASSES = ("peek", "proc", "shadow", "pytest", "tamper")
+_RAW = {raw["id"]: raw for raw in map(json.loads, (GOLDEN / "tests-exploits.jsonl").read_text().splitlines())}
+_CLASS_OF = {case_id: raw.get("class") for case_id, raw in _RAW.items()}
 DOCKER_EXPLOITS = [c for c in EXPLOITS if _CLASS_OF[c.id] not in VALUE_CLASSES]
+
+
+def _on_docker_by_default(case) -> bool:
+    raw = _RAW[case.id]
+    return (_CLASS_OF[case.id] in SANDBOX_CLASSES or bool(raw.get("commands"))
+            or any(not path.endswith(".py") for path in raw.get("files", {})))
+
+
+DOCKER_EXPLOIT_PARAMS = [pytest.param(c, id=f"{c.id}-docker",
+                                      marks=() if _on_docker_by_default(c) else pytest.mark.slow)
+                         for c in DOCKER_EXPLOITS]
 DOCKER_CONCURRENCY = 4
 
 DOCKER_OK, DOCKER_WHY = docker_image_status()  # no engine answers: not OK either, and it says so
 
 
-LOCAL_CONCURRENCY = 2
+# Four at a time on two cores: a verification waits on its sandboxes' start-up and round trips between them.
+LOCAL_CONCURRENCY = 4
 
 
 async def _verify_batch(sandbox, items, concurrency):
@@ -106,12 +123,18 @@ def golden(local_reports, case, sandbox, expect_pass):
 
 
 @pytest.fixture(scope="module")
-def docker_reports():
-    """Every docker case's golden report, by (case id, expected to pass): one batch, one pipeline, as on bwrap; the
-    branches' containers come pre-started from the docker pool, drained when the batch is done."""
+def docker_reports(request):
+    """The golden report of every docker case this session runs, by (case id, expected to pass): one batch, one
+    pipeline, as on bwrap; the branches' containers come pre-started from the docker pool, drained when the batch
+    is done."""
     if not DOCKER_OK:
         pytest.skip(f"docker: {DOCKER_WHY}")
-    items = [(c, True) for c in DOCKER_CORRECT] + [(c, False) for c in DOCKER_EXPLOITS]
+    selected = {(item.callspec.params["case"].id, item.originalname == "test_correct_solutions_pass_on_docker")
+                for item in request.session.items
+                if getattr(item, "callspec", None) and item.module is request.module and item.originalname in (
+                    "test_correct_solutions_pass_on_docker", "test_exploit_never_passes_on_docker")}
+    items = [(c, True) for c in DOCKER_CORRECT if (c.id, True) in selected] + [
+        (c, False) for c in DOCKER_EXPLOITS if (c.id, False) in selected]
     try:
         return asyncio.run(_verify_batch("docker", items, DOCKER_CONCURRENCY))
     finally:
@@ -131,7 +154,7 @@ def test_correct_solutions_pass_on_docker(case, docker_reports):
     assert report.false_negatives == [], report.false_negatives
 
 
-@pytest.mark.parametrize("case", DOCKER_EXPLOITS, ids=[f"{c.id}-docker" for c in DOCKER_EXPLOITS])
+@pytest.mark.parametrize("case", DOCKER_EXPLOIT_PARAMS)
 def test_exploit_never_passes_on_docker(case, docker_reports):
     report = docker_golden(docker_reports, case, False)
     assert report.false_positives == [], report.false_positives
