@@ -22,8 +22,10 @@ read-only ``test_solution.py`` and a data file; 20 s, 512 MB, 48 processes):
    ``run_golden("tests", VerificationPipeline({"tests":
    TestsVerifier(reference_sandbox=name)}), [case], [], name)``, as
    ``tests/verifiers/test_tests_verifier.py`` does: a fresh sandbox for the
-   branch, then the verifier's own two (solution server, trusted pytest).
-   It must come back clean (no false negative).
+   branch, then the verifier's solution sandbox, and the trusted pytest run
+   forked from the pipeline's warm trusted runner (``factory.verifiers._warm``;
+   started once, on the first round, which is not counted). It must come
+   back clean (no false negative).
 5. ``throughput xK``: ``--concurrency`` K start + ``pytest -q`` (as in 3)
    + close cycles gathered at once; the figure is the batch's wall time,
    and branches/s is K over its median.
