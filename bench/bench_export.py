@@ -70,7 +70,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
-from _results import loadavg, print_table, record  # bench/ is on sys.path
+from _results import RESULTS, loadavg, print_table, record  # bench/ is on sys.path
 
 from factory.export import ExportOptions, PairOptions, export
 from factory.export._source import BATCH_BRANCHES
@@ -255,6 +255,17 @@ def build_store(path: Path, n_tasks: int, seed: int) -> tuple[Store, float]:
                 store._write(name, table, replace=False)  # a fresh store: plain INSERT
     store._con.execute("CHECKPOINT")
     return store, time.perf_counter() - start
+
+
+def reuse_store(path: Path, n_tasks: int) -> tuple[Store, float]:
+    """A store kept by an earlier ``--store`` run: refused unless it holds exactly ``n_tasks`` tasks."""
+    store = Store.open(path)
+    held = store._con.execute("SELECT count(*) FROM tasks WHERE run_id = ?", [RUN]).fetchone()[0]
+    if held != n_tasks:
+        store.close()
+        raise SystemExit(f"{path} holds {held:,} tasks, not {n_tasks:,}: give another --store or remove it")
+    print(f"  reusing {path} (built by an earlier run)", flush=True)
+    return store, 0.0
 
 
 # ------------------------------------------------------------------ the plain-Python baseline
@@ -535,6 +546,10 @@ def main() -> None:
     parser.add_argument("--batch-branches", type=int, default=BATCH_BRANCHES, help="branches per slice")
     parser.add_argument("--baseline-memory", default="3GB", help="DuckDB's memory limit for the two baselines")
     parser.add_argument("--quick", action="store_true", help="smoke run: 10,000 pairs")
+    parser.add_argument("--store", default=None,
+                        help="keep the synthetic store here and reuse it when it already holds --pairs pairs "
+                             "(building 1M pairs takes minutes; an export run then skips it)")
+    parser.add_argument("--json", default=None, help="also write the results table (and the run's facts) here")
     args = parser.parse_args()
     if args.child_export:
         child_export(Path(args.child_export[0]), Path(args.child_export[1]), args.repeat, args.batch_branches)
@@ -547,17 +562,19 @@ def main() -> None:
     from factory.export._formats import tool_schemas_json
 
     started = time.perf_counter()
-    print(f"cpus {os.cpu_count()}, load average at start {loadavg()}", flush=True)
+    load_start = loadavg()
+    print(f"cpus {os.cpu_count()}, load average at start {load_start}", flush=True)
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp_name:
         tmp = Path(tmp_name)
-        db = tmp / "bench.duckdb"
+        db = Path(args.store) if args.store else tmp / "bench.duckdb"
         print(f"\nload: {n_tasks:,} tasks x {BRANCHES} branches = {n_tasks * BRANCHES:,} branches "
               f"-> {n_pairs:,} all-pairs DPO pairs", flush=True)
-        store, load_s = build_store(db, n_tasks, args.seed)
+        store, load_s = reuse_store(db, n_tasks) if db.exists() else build_store(db, n_tasks, args.seed)
         mean_trajectory = store._con.execute("SELECT avg(strlen(trajectory)) FROM branches").fetchone()[0]
         store.close()
         size = db.stat().st_size
-        print(f"  load {load_s:7.1f} s  ({n_tasks * BRANCHES / load_s:,.0f} branches/s, Arrow through Store._write; "
+        speed = f"{n_tasks * BRANCHES / load_s:,.0f} branches/s" if load_s else "reused"
+        print(f"  load {load_s:7.1f} s  ({speed}, Arrow through Store._write; "
               f"store {size / 2**20:,.0f} MiB; mean trajectory {mean_trajectory:,.0f} bytes of JSON)   "
               f"peak RSS {peak_rss_mb():,.0f} MiB", flush=True)
         record("load", f"store of {n_tasks * BRANCHES:,} branches (not measured)", f"{load_s:.1f} s",
@@ -631,6 +648,10 @@ def main() -> None:
             store.close()
 
     peak = whole_run_peak_mb()
+    if args.json:
+        facts = {"command": " ".join(sys.argv), "pairs": n_pairs, "cpus": os.cpu_count(), "load_start": load_start,
+                 "load_end": loadavg(), "results": [vars(r) for r in RESULTS]}
+        Path(args.json).write_text(json.dumps(facts, indent=1) + "\n")
     print(f"\npeak RSS of the whole run {peak:,.0f} MiB (the store's build included); load average at end {loadavg()}")
     record("process", "peak RSS (whole run, store build included; getrusage + VmHWM)", f"{peak:,.0f} MiB")
     print(f"total {time.perf_counter() - started:.0f} s")

@@ -115,10 +115,11 @@ def export(store: Store, format_name: str, run_ids: Sequence[str], out: str | Pa
         if rolling < 1:
             raise ConfigError(f"--rolling must be >= 1, got {rolling}")
         run_ids = run_ids[-rolling:]
-    source = load_source(store, run_ids, batch_branches=batch_branches)
-    streamed = _stream_of(fmt, source, options)
-    with outputs:
-        return _write_export(fmt, streamed, source, out, manifest_path, options, run_ids, rolling, outputs)
+    with store.memory_capped():  # DuckDB's block cache would otherwise grow with the store
+        source = load_source(store, run_ids, batch_branches=batch_branches)
+        streamed = _stream_of(fmt, source, options)
+        with outputs:
+            return _write_export(fmt, streamed, source, out, manifest_path, options, run_ids, rolling, outputs)
 
 
 def _stream_of(fmt: ExportFormat, source: ExportSource, options: ExportOptions) -> ExportStream:

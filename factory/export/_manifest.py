@@ -33,8 +33,9 @@ class ExportedRun(RecordPart):
         model: Its policy's model spec.
         ranked_at_export: Whether the export ranked it (it had no stored ranking).
         ranking: Its ranking's statistics (None: not ranked): the evidence test of the judge's signal with
-            its n, or the reason no test applies; the objective outcomes (pass rates, usable pairs, pass@k);
-            the definitions used (see ``factory.ranking``).
+            its n, or the reason no test applies; the objective outcomes (pass rates, usable pairs, pass@k;
+            the run's figures, without a per-task list, so a manifest's size does not grow with the run's:
+            ``factory rank`` gives each task's); the definitions used (see ``factory.ranking``).
     """
 
     run_id: str

@@ -222,15 +222,20 @@ def _rank(store: Store, source: ExportSource, bootstrap_rounds: int) -> None:
     for run_id in source.runs:
         if not counts.get(run_id):
             source.ranking_stats[run_id] = ranker.stats_of([])
+            source.ranking_stats[run_id]["outcomes"].pop("tasks", None)
             continue
         if stored.get(run_id, 0) >= counts[run_id]:  # stored by `factory rank`: keep its order
             # The evidence statistics depend on the signals and outcomes, never on the order: recomputed.
-            source.ranking_stats[run_id] = ranker.evidence_of(load_records(store, run_id),
-                                                              load_pairwise(store, run_id))
+            # Vectorised, no Python object per branch, and no per-task list in the manifest (a million tasks
+            # would make it hundreds of MB; `factory rank` gives it): what an export holds does not grow.
+            source.ranking_stats[run_id] = ranker.evidence_of_frame(
+                store.branch_records(run_id, opinions=source.opinions), load_pairwise(store, run_id),
+                per_task=False)
             continue
         result = ranker.rank(load_records(store, run_id), load_pairwise(store, run_id))
         source.ranked_here.append(run_id)
         source.ranking_stats[run_id] = result.stats
+        result.stats["outcomes"].pop("tasks", None)  # as above: the run's figures, not one per task
         ranked = result.ranked
         source._rankings[run_id] = pl.DataFrame(
             {"run_id": [run_id] * len(ranked), "task_id": [r.task_id for r in ranked],

@@ -14,6 +14,7 @@ from factory.ranking._records import (
     load_pairwise,
     load_records,
     merge_excluded,
+    records_of,
 )
 from factory.ranking._stats import (
     PowerPolicy,
@@ -61,6 +62,7 @@ __all__ = [
     "plot_pass_rates",
     "plot_strengths",
     "powered",
+    "records_of",
     "select_arms",
     "signal_evidence",
     "split_by_field",

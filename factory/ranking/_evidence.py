@@ -61,7 +61,8 @@ import numpy as np
 from factory.errors import ConfigError
 from factory.ranking._stats import PowerPolicy, compare_paired, pass_at_k, wilson_interval
 
-__all__ = ["EVIDENCE_DEFINITIONS", "ORDERED_BY_OUTCOME", "describe_evidence", "outcome_summary", "signal_evidence"]
+__all__ = ["EVIDENCE_DEFINITIONS", "ORDERED_BY_OUTCOME", "describe_evidence", "outcome_summary",
+           "outcome_summary_counted", "signal_evidence", "signal_evidence_coded"]
 
 #: What the statistics say when the order is the objective outcome itself.
 ORDERED_BY_OUTCOME = ("ordered by the verifier's own outcome: no evidence test applies; "
@@ -230,6 +231,21 @@ def signal_evidence(task_ids: Sequence[Any], signals: Sequence[float | None], ou
         ``auc_pooled``, ``spearman``, ``verdict`` and ``compared``.
     """
     codes, outcome, signal = _known(task_ids, outcomes, signals)
+    return signal_evidence_coded(codes, outcome, signal, alpha=alpha, policy=policy, signal_name=signal_name)
+
+
+def signal_evidence_coded(codes: np.ndarray, outcome: np.ndarray, signal: np.ndarray, *, alpha: float = 0.05,
+                          policy: PowerPolicy | None = None, signal_name: str = "signal") -> dict[str, Any]:
+    """:func:`signal_evidence` on arrays: only the branches with an outcome and a finite signal, no Python per branch.
+
+    Args:
+        codes: Each branch's task as a code: the rank of its task id among the sorted distinct ids (0, 1, ...).
+        outcome: Each branch's objective pass (bool).
+        signal: Each branch's signal, rounded to 9 decimals.
+        alpha: Significance level.
+        policy: When the test is powered.
+        signal_name: What the signal is.
+    """
     top, bottom, tied = _top_bottom_pairs(codes, signal)
     auc, auc_pairs = _grouped_auc(signal, outcome, codes)
     pooled, _ = _grouped_auc(signal, outcome)
@@ -295,6 +311,13 @@ def outcome_summary(task_ids: Sequence[Any], outcomes: Sequence[bool | None], *,
             continue
         verified[index[str(task)]] += 1
         passed[index[str(task)]] += bool(outcome)
+    return outcome_summary_counted(names, verified, passed, unverified, alpha=alpha, per_task=per_task)
+
+
+def outcome_summary_counted(names: Sequence[str], verified: np.ndarray, passed: np.ndarray, unverified: int, *,
+                            alpha: float = 0.05, per_task: bool = True) -> dict[str, Any]:
+    """:func:`outcome_summary` from per-task counts (``names`` sorted; ``verified``/``passed`` aligned to them)."""
+    verified, passed = np.asarray(verified, dtype=np.int64), np.asarray(passed, dtype=np.int64)
     total, wins = int(verified.sum()), int(passed.sum())
     low, high = wilson_interval(wins, total, alpha)
     has = verified > 0

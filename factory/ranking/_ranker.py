@@ -70,6 +70,9 @@ DEFAULT_REWARDS: dict[str, tuple[float, RewardFunction]] = {
     "judge": (0.3, lambda record: record.judge_score),
 }
 
+#: The record column each default reward function reads (:meth:`RolloutRanker.evidence_of_frame` vectorises them).
+_RECORD_COLUMNS = {"objective": "objective_score", "judge": "judge_score"}
+
 #: Where a branch's signal came from (see the module docstring).
 PAIRWISE_SIGNAL = "judge pairwise strengths"
 
@@ -255,6 +258,103 @@ class RolloutRanker:
                             for r, signal in zip(task_records, signals))
         return self.stats_of(branches)
 
+    def evidence_of_frame(self, frame: Any, pairwise: Sequence[PairwiseOutcome] = (), *,
+                          per_task: bool = True) -> dict[str, Any]:
+        """:meth:`evidence_of` from a run's :meth:`~factory.store.Store.branch_records` frame, vectorised.
+
+        The same statistics, without a Python object per branch: with reward functions that read the
+        record's columns (:data:`DEFAULT_REWARDS`), a branch's reward signal is a column expression, and
+        only the tasks the judge compared pairwise (their strengths come from a fit) become records.
+        A ranker with other reward functions takes :meth:`evidence_of`'s path on the frame's records.
+
+        Args:
+            frame: Polars rows of ``Store.branch_records`` (every column, ordered or not).
+            pairwise: The run's pairwise judge outcomes (:func:`~factory.ranking.load_pairwise`).
+            per_task: Keep ``outcomes.tasks``, one entry per task (False: the run's figures only, whatever
+                its number of tasks).
+        """
+        import polars as pl
+
+        from factory.ranking._records import records_of
+
+        signal_parts = [(float(weight), _RECORD_COLUMNS.get(name))
+                        for name, (weight, fn) in self.rewards.items()
+                        if name not in self.objective_rewards and fn is DEFAULT_REWARDS.get(name, (0, None))[1]]
+        if len(signal_parts) != sum(name not in self.objective_rewards for name in self.rewards):
+            stats = self.evidence_of(records_of(frame), pairwise)  # a reward function only Python can apply
+            if not per_task:
+                stats["outcomes"].pop("tasks", None)
+            return stats
+        frame = frame.sort("task_id", "branch_index")
+        # A branch's reward signal: the weighted sum of the values given, null when none is (reward_signal).
+        signal = None
+        for weight, column in signal_parts:
+            value = pl.col(column).cast(pl.Float64)
+            if column == "objective_score":
+                value = value.fill_null(0.0)  # BranchRecord.objective_score: 0 when none
+            part = pl.lit(weight) * value
+            signal = part if signal is None else pl.when(signal.is_null()).then(part).otherwise(
+                pl.when(part.is_null()).then(signal).otherwise(signal + part))
+        light = frame.select("task_id", "branch_index", "objective_pass",
+                             (signal if signal is not None else pl.lit(None, pl.Float64)).alias("signal"))
+        sources: set[str] = set()
+        judged_tasks = {outcome.task_id for outcome in pairwise}
+        if judged_tasks:
+            sub = frame.filter(pl.col("task_id").is_in(sorted(judged_tasks)))
+            by_task, pairs_by_task = self._by_task(records_of(sub), pairwise)
+            rows_by_task = {task_id: rows for task_id, task_records in by_task.items()
+                            if (rows := self._pairwise_rows(task_records, pairs_by_task.get(task_id, [])))}
+            strengths = self._joint_strengths({t: by_task[t] for t in rows_by_task}, rows_by_task)
+            fitted = []
+            for task_id, rows in rows_by_task.items():
+                signals, _ = self._task_signals(by_task[task_id], rows, strengths.get(task_id))
+                fitted.extend((task_id, r.branch_index, value) for r, value in zip(by_task[task_id], signals))
+                sources.update(PAIRWISE_SIGNAL for value in signals if value is not None)
+            if fitted:
+                pairwise_signal = pl.DataFrame(fitted, schema={"task_id": pl.String, "branch_index": pl.Int64,
+                                                               "_pairwise": pl.Float64}, orient="row")
+                light = (light.with_columns(pl.col("branch_index").cast(pl.Int64))
+                         .join(pairwise_signal.with_columns(pl.lit(True).alias("_judged")),
+                               on=["task_id", "branch_index"], how="left", maintain_order="left")
+                         .with_columns(pl.when(pl.col("_judged")).then(pl.col("_pairwise"))
+                                       .otherwise(pl.col("signal")).alias("signal"))
+                         .drop("_pairwise", "_judged"))
+                judged = pl.col("task_id").is_in(list(rows_by_task))
+                if light.filter(~judged & pl.col("signal").is_not_null()).height:
+                    sources.add(self._signal_name())
+            elif light["signal"].null_count() < light.height:
+                sources.add(self._signal_name())
+        elif light["signal"].null_count() < light.height:
+            sources.add(self._signal_name())
+        return self._stats_of_frame(light, sorted(sources), per_task)
+
+    def _stats_of_frame(self, light: Any, sources: list[str], per_task: bool) -> dict[str, Any]:
+        """:meth:`stats_of` on ``task_id, branch_index, objective_pass, signal`` rows sorted by task and branch."""
+        import polars as pl
+
+        from factory.ranking._evidence import outcome_summary_counted, signal_evidence_coded
+
+        counts = (light.group_by("task_id").agg(pl.col("objective_pass").count().alias("verified"),
+                                                 pl.col("objective_pass").sum().alias("passed"))
+                  .sort("task_id"))
+        summary = outcome_summary_counted(counts["task_id"].to_list(), counts["verified"].to_numpy(),
+                                          counts["passed"].to_numpy(), light["objective_pass"].null_count(),
+                                          alpha=self.alpha, per_task=per_task)
+        common = {"n_tasks": counts.height, "order": self._order_words(), "outcomes": summary,
+                  "definitions": EVIDENCE_DEFINITIONS}
+        if not sources:
+            return self._no_signal_stats(summary, common)
+        # As signal_evidence's _known: branches with an outcome and a finite signal (to 9 decimals), their
+        # tasks coded by rank among the sorted ids that remain.
+        signal = np.round(light["signal"].cast(pl.Float64).fill_null(np.nan).to_numpy(), 9)
+        known = light["objective_pass"].is_not_null().to_numpy() & np.isfinite(signal)
+        kept = light.filter(pl.Series(known))
+        codes = (kept["task_id"].rank("dense").to_numpy().astype(np.int64) - 1) if kept.height else \
+            np.zeros(0, dtype=np.int64)
+        test = signal_evidence_coded(codes, kept["objective_pass"].to_numpy().astype(bool), signal[known],
+                                     alpha=self.alpha, policy=self.policy, signal_name=" / ".join(sources))
+        return {**test, "reason": None, **common}
+
     @staticmethod
     def _joint_strengths(by_task: Mapping[str, list[BranchRecord]],
                          rows_by_task: Mapping[str, list[tuple[int, int, float]]]) -> dict[str, np.ndarray]:
@@ -301,13 +401,18 @@ class RolloutRanker:
                   "definitions": EVIDENCE_DEFINITIONS}
         sources = sorted({r.signal_source or "signal" for r in branches if r.signal is not None})
         if not sources:
-            usable = (f"{summary['usable_tasks']} of {summary['n_tasks']} tasks have both passing and failing "
-                      f"branches ({summary['usable_pairs']} usable pairs)")
-            return {"test": None, "signal": None, "reason": ORDERED_BY_OUTCOME, "n": 0, "powered": False,
-                    "min_detectable_delta_pp": None, "mcnemar_p": None, "significant": False, "evidence": False,
-                    "top_pass_rate": None, "bottom_pass_rate": None, "auc_within_task": None,
-                    "auc_pooled": None, "spearman": None, **common,
-                    "verdict": f"{ORDERED_BY_OUTCOME}; {usable}", "compared": None}
+            return self._no_signal_stats(summary, common)
         test = signal_evidence(tasks, [r.signal for r in branches], outcomes, alpha=self.alpha, policy=self.policy,
                                signal_name=" / ".join(sources))
         return {**test, "reason": None, **common}
+
+    @staticmethod
+    def _no_signal_stats(summary: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
+        """The statistics when no branch has a signal: the order is the objective outcome, nothing to test."""
+        usable = (f"{summary['usable_tasks']} of {summary['n_tasks']} tasks have both passing and failing "
+                  f"branches ({summary['usable_pairs']} usable pairs)")
+        return {"test": None, "signal": None, "reason": ORDERED_BY_OUTCOME, "n": 0, "powered": False,
+                "min_detectable_delta_pp": None, "mcnemar_p": None, "significant": False, "evidence": False,
+                "top_pass_rate": None, "bottom_pass_rate": None, "auc_within_task": None,
+                "auc_pooled": None, "spearman": None, **common,
+                "verdict": f"{ORDERED_BY_OUTCOME}; {usable}", "compared": None}

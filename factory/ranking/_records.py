@@ -10,7 +10,7 @@ from factory.store import Store
 from factory.verifiers import opinion_verifiers
 
 __all__ = ["BranchRecord", "PairwiseOutcome", "boundary_limited", "excluded_branches", "load_pairwise",
-           "load_records", "merge_excluded"]
+           "load_records", "merge_excluded", "records_of"]
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,11 @@ def load_records(store: Store, run_id: str) -> list[BranchRecord]:
     Infrastructure failures (``infra_error``) are not outcomes: they are left out here, so out of every
     ranking, power check and pass rate built on these records; :func:`excluded_branches` counts them.
     """
-    frame = store.branch_records(run_id, opinions=opinion_verifiers())
+    return records_of(store.branch_records(run_id, opinions=opinion_verifiers()))
+
+
+def records_of(frame: Any) -> list[BranchRecord]:
+    """The records of rows of :meth:`~factory.store.Store.branch_records` (a Polars frame), in their order."""
     return [
         BranchRecord(
             task_id=row["task_id"], branch_index=int(row["branch_index"]), objective_pass=row["objective_pass"],

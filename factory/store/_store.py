@@ -119,27 +119,31 @@ _SEALED_SETTINGS: dict[str, bool] = {
 _QUERY_STATEMENTS = ("SELECT",)
 
 
-def _connect(path: Path, read_only: bool, wait_s: float, writer: WriterLock | None = None
-             ) -> duckdb.DuckDBPyConnection:
+def _connect(path: Path, read_only: bool, wait_s: float, writer: WriterLock | None = None, *,
+             memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
     """Connect, retrying for up to ``wait_s`` while another process holds DuckDB's lock.
 
     A reader asks the writer to let it in on each refusal; a writer says it
     waits (readers left open step aside) until the readers inside leave.
+    ``memory_limit``: a reader's DuckDB memory limit (its settings are locked once connected).
     """
     try:
-        return _connect_waiting(path, read_only, wait_s, writer)
+        return _connect_waiting(path, read_only, wait_s, writer, memory_limit)
     finally:
         if writer is not None:
             writer.waiting(False)
 
 
-def _connect_waiting(path: Path, read_only: bool, wait_s: float, writer: WriterLock | None
-                     ) -> duckdb.DuckDBPyConnection:
+def _connect_waiting(path: Path, read_only: bool, wait_s: float, writer: WriterLock | None,
+                     memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
     deadline = time.monotonic() + wait_s
     delay = 0.005
+    config: dict[str, Any] = dict(_SEALED_SETTINGS) if read_only else {}
+    if read_only and memory_limit is not None:
+        config["memory_limit"] = memory_limit
     while True:
         try:
-            return duckdb.connect(str(path), read_only=read_only, config=dict(_SEALED_SETTINGS) if read_only else {})
+            return duckdb.connect(str(path), read_only=read_only, config=config)
         except duckdb.IOException as exc:
             text = str(exc)
             if "lock" not in text.lower():
@@ -215,6 +219,7 @@ class Store:
         self._depth = 0  # open transaction blocks (see _Transaction)
         self._closed = False
         self._pause_cost_s = 0.0  # a writer's last pause for readers: closing, and opening again
+        self._memory_limit: str | None = None  # a reader's DuckDB memory limit while memory_capped
         self.path = path
         self.read_only = read_only
         self._columns = self._load_columns()
@@ -323,7 +328,7 @@ class Store:
             raise StoreError(f"{self.path} is closed")
         start = time.monotonic()
         self._con = _connect(self.path, self.read_only, OPEN_WAIT_S if self.read_only else REOPEN_WAIT_S,
-                             self._writer)
+                             self._writer, memory_limit=self._memory_limit)
         self._pause_cost_s += time.monotonic() - start
         if self._writer is not None:
             self._writer.clear()  # readers who asked while it was closed are in, or will ask again
@@ -521,6 +526,45 @@ class Store:
 
     #: DuckDB's memory limit while :meth:`write_memories` loads many rows.
     BULK_MEMORY_LIMIT = "512MB"
+
+    #: DuckDB's memory limit while a long read streams through the store (:meth:`memory_capped`).
+    STREAM_MEMORY_LIMIT = "512MB"
+
+    @contextlib.contextmanager
+    def memory_capped(self, limit: str = STREAM_MEMORY_LIMIT) -> Iterator[None]:
+        """DuckDB's buffer pool capped at ``limit`` meanwhile, then back to DuckDB's default.
+
+        A read that streams a whole run slice by slice (an export) touches every block of the store once;
+        uncapped, DuckDB keeps them cached up to 80% of the machine's memory, so the process grows with the
+        store. Capped, read blocks are evicted instead (a query needing more spills or fails as over the cap).
+        A read-only store's settings are locked (sealed): it connects again with the cap, and again without.
+        """
+        if not self.read_only:
+            with self._lock:
+                self._connect_again()
+                self._con.execute(f"SET memory_limit = '{limit}'")
+            try:
+                yield
+            finally:
+                with self._lock:
+                    if self._con is not None:
+                        self._con.execute("RESET memory_limit")
+            return
+        with self._lock:
+            self._memory_limit = limit
+            self._reconnect_lazily()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._memory_limit = None
+                self._reconnect_lazily()
+
+    def _reconnect_lazily(self) -> None:
+        """Close a reader's connection now; the next read opens it again (with :attr:`_memory_limit`)."""
+        if self._con is not None:
+            self._con.close()
+            self._con = None
 
     @_locked
     def write_memories(self, rows: Rows, *, new_only: bool = False, batch_rows: int = 100_000) -> int:

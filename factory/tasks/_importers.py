@@ -23,8 +23,6 @@ never exported, and verified by ``factory tasks check`` after the import.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -251,20 +249,17 @@ def import_tasks(fmt: str, source: str | Path, *, skip_invalid: bool = False, sp
 
 
 def write_tasks(tasks: Sequence[Task], out: str | Path) -> Path:
-    """Write tasks as JSONL, atomically (a temporary file beside ``out``, renamed over it).
+    """Write tasks as JSONL, atomically (staged beside ``out``, renamed over it: :func:`~factory.outputs.write_output`).
 
-    Each line is the task's canonical JSON with sorted keys, so the same tasks give the same bytes.
+    Each line is the task's canonical JSON with sorted keys, so the same tasks give the same bytes. The
+    staged file is the common ``.NAME.<pid>-<hex>.tmp.jsonl``, locked while this process lives, so one a
+    killed import left behind is swept by the next writer into the folder; a full disk is one line.
     """
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=out.parent, prefix=f".{out.name}.", suffix=".tmp",
-                                     delete=False) as handle:
-        try:
+    from factory.outputs import write_output
+
+    def write(path: Path) -> None:
+        with path.open("w", encoding="utf-8") as handle:
             for task in tasks:
                 handle.write(json.dumps(task.canonical(), sort_keys=True, ensure_ascii=False) + "\n")
-        except BaseException:
-            handle.close()
-            Path(handle.name).unlink(missing_ok=True)
-            raise
-    os.replace(handle.name, out)
-    return out
+
+    return write_output(out, write, operation="tasks import")

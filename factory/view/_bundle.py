@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import itertools
 import json
-import secrets
+import os
 import shutil
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from factory.errors import ConfigError
+from factory.outputs import staged_lock, staged_name, sweep_staged
 from factory.view._app import asset
 from factory.view._data import MAX_HITS, PAGE, SIDE_BY_SIDE, ViewData
 
@@ -127,9 +128,14 @@ def write_bundle(data: ViewData, folder: str | Path) -> dict[str, int]:
                           "(choose a new or empty folder)")
     if not target.parent.exists():
         raise ConfigError(f"cannot write {target}: folder {target.parent} does not exist")
-    staging = target.parent / f".{target.name}.{secrets.token_hex(4)}.tmp"
+    # The common staged name (.NAME.<pid>-<hex>.tmp), locked while this process lives: a bundle killed
+    # mid-write leaves a folder the next staged writer into this folder sweeps (factory.outputs).
+    sweep_staged(target.parent)
+    staging = staged_name(target)
+    staging.mkdir()
+    lock = staged_lock(staging)
     try:
-        (staging / "assets").mkdir(parents=True)
+        (staging / "assets").mkdir()
         (staging / "data").mkdir()
         written = size = images = 0
         index: dict[str, str] = {}
@@ -171,7 +177,7 @@ def write_bundle(data: ViewData, folder: str | Path) -> dict[str, int]:
             (staging / "assets" / name).write_text(asset(name), encoding="utf-8")
         (staging / BUNDLE_MARKER).write_text("written by factory view --bundle\n", encoding="utf-8")
         if target.exists():
-            old = target.parent / f".{target.name}.{secrets.token_hex(4)}.old"
+            old = staged_name(target)  # the earlier bundle, on its way out: swept too if this process dies now
             target.rename(old)
             staging.rename(target)
             shutil.rmtree(old, ignore_errors=True)
@@ -180,4 +186,6 @@ def write_bundle(data: ViewData, folder: str | Path) -> dict[str, int]:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    finally:
+        os.close(lock)
     return {"answers": written, "bytes": size, "images": images}
