@@ -132,6 +132,8 @@ def compare(library: Library, folder: Path, verifier: TestsVerifier, in_process:
                 line = ("the test's node id is not in the isolated run, which has ids of its own in this file "
                         "(parameters whose order or ids differ between the two processes)")
                 message = ""
+            elif payload.get("stopped"):
+                line, message = f"the run was stopped before it: {payload['stopped'].get('value')}", ""
             elif payload.get("unreported"):
                 line = (f"the run did not report (exit {payload.get('exit')}"
                         f"{', timed out' if payload.get('timed_out') else ''})")
@@ -147,6 +149,8 @@ def compare(library: Library, folder: Path, verifier: TestsVerifier, in_process:
             "isolated_passed_continuing": len(passed_isolated & bare.judged),
             "bare_s": round(bare.seconds, 2), "isolated_s": round(isolated_s, 2),
             "isolated_exit": verdict_exit, "timed_out": bool(payload.get("timed_out")),
+            # the longest stretch without a test finishing (what the inactivity window watches), and a stop by it
+            "quiet_s": payload.get("quiet_s"), "stopped": (payload.get("stopped") or {}).get("value"),
             "solution_error": payload.get("solution_error"), "other_differences": different[:10],
             "only_isolated": sorted(only_isolated)[:5],
             "in_process": in_process_verdict(library) if in_process else None,
@@ -170,12 +174,16 @@ def markdown(results: list[dict], elapsed: float) -> str:
              "Pass isolated: as the verifier runs the task's command; in brackets, where some test file failed to "
              "collect (pytest then runs no test at all), with `--continue-on-collection-errors` added, which is "
              "also the run the causes below come from.", "",
-             "| library | version | licence | tests | pass bare | pass isolated | equal | bare s | isolated s |",
-             "|---|---|---|---:|---:|---:|---|---:|---:|"]
+             "Quiet s: the isolated run's longest stretch without a test finishing (the inactivity window's measure; "
+             "the slowest test, or collection).", "",
+             "| library | version | licence | tests | pass bare | pass isolated | equal | bare s | isolated s "
+             "| quiet s |",
+             "|---|---|---|---:|---:|---:|---|---:|---:|---:|"]
     for r in results:
         equal = "yes" if r["isolated_passed"] == r["bare_passed"] == r["tests"] else "no"
         lines.append(f"| {r['name']} | {r['version']} | {r['licence']} | {r['tests']} | {r['bare_passed']} | "
-                     f"{r['isolated_passed']}{continuing(r)} | {equal} | {r['bare_s']} | {r['isolated_s']} |")
+                     f"{r['isolated_passed']}{continuing(r)} | {equal} | {r['bare_s']} | {r['isolated_s']} | "
+                     f"{r['quiet_s'] if r['quiet_s'] is not None else '-'} |")
     equal_count = sum(r["isolated_passed"] == r["bare_passed"] == r["tests"] for r in results)
     if any(r["in_process"] for r in results):
         lines += ["", "With `test_isolation: in-process` (the old guarded run: pytest and the library in one process):",
@@ -189,7 +197,9 @@ def markdown(results: list[dict], elapsed: float) -> str:
             continue
         extra = []
         if r["timed_out"]:
-            extra.append("the run hit its time limit")
+            extra.append("the run hit its ceiling")
+        if r["stopped"]:
+            extra.append(f"stopped: {r['stopped']}")
         if r["solution_error"]:
             extra.append(f"solution_error: {str(r['solution_error'])[:200]}")
         lines += [f"### {r['name']} {r['version']}: {r['isolated_passed']}{continuing(r)}/{r['tests']} "

@@ -69,12 +69,14 @@ bounded by the ceiling. Runs the verifier cannot watch test by test (a
 command judged by its exit status, ``in-process`` runs) keep a flat
 ``unwatched_timeout_s`` (180 s). ``Task.limits`` overrides each
 (``timeout_s``, ``inactivity_s``, ``cpu_seconds``, ...). The defaults come
-from the twelve vendored real-world suites (``tests/verifiers/test_realworld.py``,
-measured on 2 cores): bare pytest 2-41 s a suite and at most 6 s for one
-test; isolated, more-itertools is the slowest, 341 s at load 16-20 with 106 s
-for its slowest test (``test_nested_remainder``, one crossing per item), the
-other eleven under 180 s. The window is that slowest test with headroom, the
-ceiling nearly twice that slowest suite. A run a limit stopped fails with
+from the twelve vendored real-world suites (``tests/verifiers/test_realworld.py``;
+``bench/bench_realworld.py`` prints each suite's isolated seconds and its
+longest stretch without a test finishing), measured on 2 cores at load
+16-21: bare pytest 3-19 s a suite and at most 6 s for one test; isolated,
+eleven suites take 7-54 s with at most 23 s without a test finishing, and
+more-itertools 288 s with 85 s (its ``test_nested_remainder``: one crossing
+per item; 106 s before at load 16-20). The window is 1.4x that longest
+stretch, the ceiling about twice the slowest suite. A run a limit stopped fails with
 ``details.limit`` naming it (``inactivity``, ``time`` for the ceiling,
 ``cpu``, ``output``) and never counts as a report; a verdict that ran to the
 end says how near it came to the window (``details.quiet_s``: the longest
