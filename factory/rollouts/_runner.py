@@ -489,9 +489,14 @@ class RolloutForkRunner:
         existing = self.store.run(self.run_id)
         # A backend that cannot start here (no engine, a missing image) fails the run before it is written,
         # not every branch as an infrastructure error.
-        preflight = getattr(SANDBOXES.get(self.config.sandbox), "preflight", None)  # any factory may register
-        if preflight is not None:
-            await asyncio.to_thread(preflight, {task.image for task in tasks})
+        # The verifiers' own sandboxes too (the browser verifier's image): a missing one refuses the run.
+        images = {self.config.sandbox: {task.image for task in tasks}}
+        for backend, wanted in (self.pipeline.sandbox_images(tasks) if self.pipeline is not None else {}).items():
+            images.setdefault(backend, set()).update(wanted)
+        for backend, wanted in images.items():
+            preflight = getattr(SANDBOXES.get(backend), "preflight", None)  # any factory may register
+            if preflight is not None:
+                await asyncio.to_thread(preflight, wanted)
         # So must a model that cannot answer here (an engine that died loading): nothing is written.
         model_preflight = getattr(self.model, "preflight", None)
         if model_preflight is not None:

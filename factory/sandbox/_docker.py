@@ -152,6 +152,12 @@ def _image_present(client: Any, image: str) -> None:
     try:
         client.images.get(image)
     except docker.errors.ImageNotFound:
+        from factory.sandbox._image import browser_image_tag
+
+        if image == browser_image_tag():  # the browser verifier's: Chromium and Playwright on the default image
+            raise SandboxUnavailableError(f"the docker image {image} (the browser verifier's: Chromium and "
+                                          "Playwright) is not present: build it offline with `factory sandbox "
+                                          "build-image --browser` (or `make docker-image`)") from None
         raise SandboxUnavailableError(f"the docker image {image} is not present: {_BUILD_HINT}") from None
     except docker.errors.APIError as exc:
         raise SandboxUnavailableError(f"cannot inspect the docker image {image}: {exc}") from exc

@@ -486,6 +486,11 @@ class BrowserVerifier:
                 parts.append({"type": "image_url", "image_url": {"url": f"data:image/png;base64,{frames[index]}"}})
         return [{"role": "system", "content": system}, {"role": "user", "content": parts}]
 
+    def sandbox_images(self, task: Task) -> set[tuple[str, str | None]]:
+        """(backend, image) pairs this verifier starts sandboxes from for ``task``: what a fork's preflight
+        checks before the run, so a missing browser image refuses the run instead of failing every branch."""
+        return {(self.sandbox, self._image(task))}
+
     # -- stages
 
     def _image(self, task: Task) -> str | None:

@@ -9,7 +9,7 @@ new verifier version adds rows and keeps the old ones.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -124,6 +124,18 @@ class VerificationPipeline:
             if wants(task, have_files) if wants is not None else getattr(verifier, "needs_sandbox", False):
                 return True
         return False
+
+    def sandbox_images(self, tasks: Iterable[Task]) -> dict[str, set[str | None]]:
+        """Backend -> the images the applicable verifiers start their own sandboxes from for ``tasks`` (a
+        verifier says so with a ``sandbox_images(task)`` method; the tests verifier uses the task's image on the
+        branch's backend, which the fork checks anyway)."""
+        wanted: dict[str, set[str | None]] = {}
+        for task in tasks:
+            for criterion in self.criteria(task):
+                images = getattr(self.verifier(criterion.verify_method), "sandbox_images", None)
+                for backend, image in images(task) if images is not None else ():
+                    wanted.setdefault(backend, set()).add(image)
+        return wanted
 
     async def verify(self, task: Task, branch: BranchOutput, sandbox: Sandbox | None,
                      workspace: Mapping[str, str | bytes] | None = None) -> list[Verdict]:

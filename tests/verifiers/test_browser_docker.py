@@ -14,6 +14,9 @@ import asyncio
 
 import pytest
 
+from factory.errors import SandboxUnavailableError
+from factory.models import create_model
+from factory.rollouts import ForkConfig, RolloutForkRunner
 from factory.sandbox import (
     browser_image_tag,
     default_image_tag,
@@ -21,6 +24,7 @@ from factory.sandbox import (
     docker_image_status,
     drain_docker_pool,
 )
+from factory.store import Store
 from factory.tasks import Task
 from factory.verifiers import VerificationPipeline, load_golden, run_golden
 from tests.verifiers.test_browser import GOLDEN, _counter, _page, _verifier, _verify, fork_rank_export
@@ -50,6 +54,29 @@ def test_a_missing_image_is_one_line_naming_what_to_do(tmp_path):
     assert verdict.status == "error" and verdict.details["code"] == "browser_unavailable"
     assert "\n" not in reason and "Traceback" not in reason
     assert "factory-no-such-browser-image:0" in reason and "Playwright" in reason and "build-image" in reason
+
+
+def test_a_fork_whose_browser_image_is_missing_is_refused_before_any_branch(tmp_path):
+    """The fork's preflight checks the images the verifiers start too: a browser verifier on docker whose image is
+    missing refuses the run (one line naming the image) and writes no branch, though the branches' own backend
+    (bwrap here) could run them; it is never a per-branch infrastructure error."""
+    ok, why = docker_image_status()
+    if not ok:
+        pytest.skip(f"docker: {why}")
+    task = Task.model_validate({**_counter().model_dump(), "image": "factory-no-such-browser-image:0"})
+    pipeline = VerificationPipeline({"browser": _verifier(tmp_path, sandbox="docker")})
+    assert pipeline.sandbox_images([task]) == {"docker": {"factory-no-such-browser-image:0"}}
+    with Store.open(tmp_path / "f.duckdb") as store:
+        runner = RolloutForkRunner(create_model("replay:" + str(GOLDEN / "browser-planner.replay.jsonl")), store,
+                                   ForkConfig(branches=2, sandbox="bwrap"), run_id="fe", pipeline=pipeline)
+
+        async def fork():
+            return [result async for result in runner.run([task])]
+
+        with pytest.raises(SandboxUnavailableError, match="factory-no-such-browser-image:0 is not present"):
+            asyncio.run(fork())
+        assert store.query("SELECT count(*) FROM branches").item() == 0
+        assert store.run("fe") is None
 
 
 @needs_browser_image
