@@ -1,4 +1,4 @@
-"""Memory retrieval latency and write throughput: the DuckDB backend (exact and HNSW) and LanceDB against NumPy.
+"""Memory retrieval latency and write throughput: the DuckDB backend (exact and IVF) and LanceDB against NumPy.
 
 1. ``search``: top-10 retrieval at 100,000 and 1,000,000 memories (384-dim
    unit vectors, float32, seeded), on ``uniform`` data (random directions: no
@@ -14,17 +14,18 @@
 
    - ``duckdb load``: the rows written through
      ``Store.write_memories(new_only=True)`` (what ``DuckDBMemoryBackend.add``
-     does: plain ``INSERT`` in batches of 100,000 rows, one transaction),
+     does: one plain ``INSERT``, buffer pool capped, rows uncompressed),
      time and the process's peak RSS above what it held before (sampled
      every 10 ms: DuckDB's own allocations included); goal 1M in <= 10 s and
      <= 2 GiB.
    - ``duckdb exact``: the backend below its index threshold (NumPy mirror).
-   - ``duckdb hnsw``: the backend with the faiss HNSW index: ``reindex()``
-     (mirror load + graph build + atomic write of the file) timed as the
-     build; then searches at each ``--ef`` (the candidate list: the
-     recall/latency knob); goal <= 5 ms median at recall@10 >= 0.95; then
-     ``--index-upserts`` new memories added through ``backend.add`` (store
-     write + graph insert, searchable at once), as an upsert rate.
+   - ``duckdb ivf``: the backend with the faiss IVF index: ``reindex()``
+     (mirror load + k-means + assignment of every row + atomic write of the
+     file) timed as the build; then searches at each ``--probes`` (lists
+     scanned: the recall/latency knob); goal <= 5 ms median at recall@10 >=
+     0.95; then ``--index-upserts`` new memories added through
+     ``backend.add`` (store write + list insert, searchable at once), as an
+     upsert rate.
    - ``lance``: LanceMemoryBackend (``IVF_SQ``, ``--nprobes``,
      ``--refine``), when lancedb is installed and ``--lance`` is given.
 
@@ -35,7 +36,7 @@
    ``backend.add`` rate of the same memories with their vectors already
    computed, against writing the same rows to a Parquet file with pyarrow.
 
-Usage: python bench/bench_memory.py [--sizes 100000,1000000] [--data uniform,clustered] [--ef 64,128,256,512]
+Usage: python bench/bench_memory.py [--sizes 100000,1000000] [--data uniform,clustered] [--probes 8,16,32,64]
        [--queries 50] [--budget 30] [--upserts 20000] [--lance] [--only search,upsert] [--seed 0] [--quick]
 """
 
@@ -54,7 +55,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from _results import print_table, record  # bench/ is on sys.path
+from _results import RESULTS, loadavg, print_table, record  # bench/ is on sys.path
 
 from factory.memory import (
     DuckDBMemoryBackend,
@@ -197,7 +198,8 @@ def bench_search(n: int, data: str, args: argparse.Namespace, tmp: Path) -> None
         vectors, queries = unit_vectors(rng, n), unit_vectors(rng, args.queries)
     ids = memory_ids(n)
     label = f"{n:,} {data}"
-    print(f"\nsearch: {label} memories x {DIM} dims, {args.queries} queries, top {K}", flush=True)
+    print(f"\nsearch: {label} memories x {DIM} dims, {args.queries} queries, top {K}  (load {loadavg()})",
+          flush=True)
 
     def numpy_search(q: np.ndarray) -> list[str]:
         sims = vectors @ q
@@ -242,26 +244,27 @@ def bench_search(n: int, data: str, args: argparse.Namespace, tmp: Path) -> None
         measure("duckdb exact", exact)
         del exact
 
-    hnsw = DuckDBMemoryBackend(store, index_threshold=min(n, 100_000), ef_search=64)
+    ivf = DuckDBMemoryBackend(store, index_threshold=min(n, 100_000))
     with PeakRss() as peak:
         start = time.perf_counter()
-        hnsw.reindex()
+        ivf.reindex()
         build_s = time.perf_counter() - start
-    size = hnsw.index_path(EMBEDDER, DIM).stat().st_size
-    print(f"  duckdb hnsw build   {build_s:7.1f} s  ({n / build_s:,.0f} rows/s; mirror load + faiss HNSW M=32 "
-          f"efConstruction=80 + write {size / 2**30:.2f} GiB)  peak +{peak.gib:.2f} GiB RSS", flush=True)
-    record("search", f"duckdb hnsw build @ {label}", f"{build_s:.1f} s", ratio=f"{n / build_s:,.0f} rows/s")
+    size = ivf.index_path(EMBEDDER, DIM).stat().st_size
+    space = ivf._mirror[(EMBEDDER, DIM)]
+    print(f"  duckdb ivf build    {build_s:7.1f} s  ({n / build_s:,.0f} rows/s; mirror load + faiss IVF "
+          f"{space.index.nlist:,} lists (k-means + assignment) + write {size / 2**30:.2f} GiB)  "
+          f"peak +{peak.gib:.2f} GiB RSS", flush=True)
+    record("search", f"duckdb ivf build @ {label}", f"{build_s:.1f} s", ratio=f"{n / build_s:,.0f} rows/s")
     start = time.perf_counter()
     reopened = DuckDBMemoryBackend(store, index_threshold=min(n, 100_000))
     reopened.search(queries[0], K, EMBEDDER, DIM)
     reload_s = time.perf_counter() - start
-    print(f"  duckdb hnsw reload  {reload_s:7.1f} s  (a new process: mirror metadata + index file)", flush=True)
-    record("search", f"duckdb hnsw reload @ {label}", f"{reload_s:.1f} s", ratio="once per process")
+    print(f"  duckdb ivf reload   {reload_s:7.1f} s  (a new process: mirror metadata + index file)", flush=True)
+    record("search", f"duckdb ivf reload @ {label}", f"{reload_s:.1f} s", ratio="once per process")
     del reopened
-    space = hnsw._mirror[(EMBEDDER, DIM)]
-    for ef in (int(e) for e in args.ef.split(",")):
-        space.index.ef_search = ef
-        hit = measure(f"duckdb hnsw ef={ef}", hnsw, goal_ms=5)
+    for probes in (int(e) for e in args.probes.split(",")):
+        space.index.nprobe = probes
+        hit = measure(f"duckdb ivf nprobe={probes}", ivf, goal_ms=5)
         if hit >= 0.99:
             break
     if args.index_upserts:
@@ -269,14 +272,14 @@ def bench_search(n: int, data: str, args: argparse.Namespace, tmp: Path) -> None
         fresh = as_memories([f"u{i:08d}" for i in range(args.index_upserts)])
         batch = args.upsert_batch
         start = time.perf_counter()
-        added = sum(hnsw.add(fresh[i:i + batch], extra[i:i + batch]) for i in range(0, len(fresh), batch))
+        added = sum(ivf.add(fresh[i:i + batch], extra[i:i + batch]) for i in range(0, len(fresh), batch))
         add_s = time.perf_counter() - start
         assert added == len(fresh) and len(space.index) == n + added
-        found = hnsw.search(extra[-1], 1, EMBEDDER, DIM)[0].memory_id
-        print(f"  duckdb hnsw upsert  {added / add_s:12,.0f} memories/s  ({added:,} in batches of {batch:,}: "
-              f"store write + graph insert; the last found at once: {found == fresh[-1].memory_id})", flush=True)
-        record("search", f"duckdb hnsw backend.add @ {label}", f"{added / add_s:,.0f} /s")
-    del hnsw, space
+        found = ivf.search(extra[-1], 1, EMBEDDER, DIM)[0].memory_id
+        print(f"  duckdb ivf upsert   {added / add_s:12,.0f} memories/s  ({added:,} in batches of {batch:,}: "
+              f"store write + list insert; the last found at once: {found == fresh[-1].memory_id})", flush=True)
+        record("search", f"duckdb ivf backend.add @ {label}", f"{added / add_s:,.0f} /s")
+    del ivf, space
     store.close()
 
     if args.lance and HAVE_LANCE:
@@ -367,8 +370,9 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=50)
     parser.add_argument("--budget", type=float, default=30.0, help="seconds of queries per backend and size")
     parser.add_argument("--data", default="uniform,clustered", help="uniform and/or clustered vectors")
-    parser.add_argument("--ef", default="64,128,256,512", help="HNSW efSearch values to sweep (stops at recall 0.99)")
-    parser.add_argument("--index-upserts", type=int, default=10_000, help="memories added to the built HNSW index")
+    parser.add_argument("--probes", default="8,16,32,64,128,256,512",
+                        help="IVF lists scanned per search, swept (stops at recall 0.99)")
+    parser.add_argument("--index-upserts", type=int, default=10_000, help="memories added to the built IVF index")
     parser.add_argument("--exact", action="store_true", help="also time the backend's exact (below-threshold) path")
     parser.add_argument("--lance", action="store_true", help="also time LanceMemoryBackend (IVF_SQ)")
     parser.add_argument("--nprobes", type=int, default=50)
@@ -378,13 +382,14 @@ def main() -> None:
     parser.add_argument("--only", default="search,upsert")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="smoke run: 20,000 memories, 10 queries, 2,000 upserts")
+    parser.add_argument("--json", type=Path, help="also write the results table, command, load and versions here")
     args = parser.parse_args()
     if args.quick:
         args.sizes, args.queries, args.upserts, args.budget = "20000", 10, 2_000, 5.0
         args.index_upserts = 1_000
     only = set(args.only.split(","))
 
-    started = time.perf_counter()
+    started, load_at_start = time.perf_counter(), loadavg()
     with tempfile.TemporaryDirectory() as tmp:
         if "search" in only:
             for n in (int(s) for s in args.sizes.split(",")):
@@ -392,8 +397,26 @@ def main() -> None:
                     bench_search(n, data, args, Path(tmp))
         if "upsert" in only:
             bench_upsert(args, Path(tmp))
-    print(f"\ntotal {time.perf_counter() - started:.0f} s")
+    print(f"\ntotal {time.perf_counter() - started:.0f} s  (load {loadavg()})")
     print_table()
+    if args.json:
+        write_json(args.json, load_at_start, time.perf_counter() - started)
+
+
+def write_json(path: Path, load_at_start: str, seconds: float) -> None:
+    """The results table with what it depends on (command, load, versions, cores)."""
+    import dataclasses
+    import json
+    import sys
+
+    versions = {}
+    for module in ("numpy", "duckdb", "pyarrow", "faiss", "lancedb"):
+        if importlib.util.find_spec(module) is not None:
+            versions[module] = getattr(__import__(module), "__version__", "?")
+    path.write_text(json.dumps({
+        "command": "python " + " ".join(sys.argv), "load_at_start": load_at_start, "load_at_end": loadavg(),
+        "seconds": round(seconds, 1), "cpus": os.cpu_count(), "versions": versions,
+        "rows": [dataclasses.asdict(row) for row in RESULTS]}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

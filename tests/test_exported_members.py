@@ -84,8 +84,8 @@ PRIVATE_IMPORTS_IN_TESTS = {
                                             "exploration (internal) directly, and that its action list is the "
                                             "sandboxed runner's",
     "tests/view/test_outputs.py": "holds the store's writer lock (internal to the store) to make it busy on purpose",
-    "tests/memory/test_ann_index.py": "checks the HNSW index file (internal to the DuckDB memory backend) directly: "
-                                      "reload, a torn file, a store changed behind it",
+    "tests/memory/test_ann_index.py": "checks the IVF index file (internal to the DuckDB memory backend) directly: "
+                                      "reload, a torn file, a store changed behind it, retraining",
     "tests/test_disk_full.py": "stages a training output (internal to `factory train`) in a process it kills, checks "
                                "the hf: precheck (internal to the provider) on it, and the CLI group's full-disk line",
 }

@@ -102,7 +102,7 @@ def stats(db: Path | None, backend_spec: str | None, as_json: bool) -> None:
 @db_option
 @json_option
 def reindex(db: Path | None, as_json: bool) -> None:
-    """Rebuild the HNSW index of the store's memories (the memory-ann extra) and write it beside the store.
+    """Rebuild the ANN index of the store's memories (the memory-ann extra) and write it beside the store.
 
     Searches build or catch up the index by themselves from 100,000 memories
     on; this rebuilds it now, from any size (after changing faiss, or to pay

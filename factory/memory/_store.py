@@ -34,6 +34,9 @@ from factory.store import Store, utc_now
 
 logger = logging.getLogger(__name__)
 
+#: Inverted lists an ANN search scans by default (of about 2 sqrt(n): 64 of 2,000 at 1,000,000 memories).
+NPROBE = 64
+
 __all__ = ["DuckDBMemoryBackend", "Memory", "MemoryBackend", "MemoryCandidate", "RolloutMemoryStore",
            "UpsertReport", "candidates_from_run", "format_as_system_prompt", "new_rows"]
 
@@ -102,7 +105,7 @@ class MemoryBackend(Protocol):
 
 
 class DuckDBMemoryBackend:
-    """Memories in the store's ``memory`` table; exact cosine search below a size threshold, HNSW above it.
+    """Memories in the store's ``memory`` table; exact cosine search below a size threshold, an ANN index above it.
 
     The DuckDB file is the durable store and the source of truth: every
     memory, vector included, is a row of ``memory``, and any DuckDB client can
@@ -115,16 +118,17 @@ class DuckDBMemoryBackend:
       2 GB/s on one thread, six to eight times NumPy's matrix-vector product
       over the same rows (``bench/bench_memory.py``); both are exact and agree
       (a test checks the mirror against ``array_cosine_similarity``);
-    - from ``index_threshold`` on, a faiss HNSW graph (:class:`HnswIndex`,
-      the ``memory-ann`` extra) persisted in ``<db>.memory-<space>.hnsw``
-      beside the store. A process loads it instead of rebuilding it; rows
-      the store gained since it was written are inserted into it (and the
-      file rewritten once they pass ``save_fraction`` of it); if the store
-      lost or replaced rows behind it (its ids are not all stored any more,
-      or the file is torn or foreign), it is rebuilt. :meth:`reindex`
-      rebuilds it on demand.
+    - from ``index_threshold`` on, a faiss inverted-file index
+      (:class:`IvfIndex`, the ``memory-ann`` extra) persisted in
+      ``<db>.memory-<space>.ann`` beside the store. A process loads it
+      instead of rebuilding it; rows the store gained since it was written
+      are inserted into it (and the file rewritten once they pass
+      ``save_fraction`` of it); if the store lost or replaced rows behind it
+      (its ids are not all stored any more, or the file is torn or foreign),
+      or it has grown past ``RETRAIN_GROWTH`` times the rows its lists were
+      trained on, it is rebuilt. :meth:`reindex` rebuilds it on demand.
 
-    The mirror is extended in place by this backend's own writes (the graph
+    The mirror is extended in place by this backend's own writes (the index
     too: an upsert is searchable at once, without a rebuild), and reloaded
     when the table's row count or newest ``created_at`` shows that another
     writer changed it.
@@ -132,19 +136,19 @@ class DuckDBMemoryBackend:
     Args:
         store: The run store.
         index_threshold: Memories of one space from which searches use the
-            HNSW index (exact below).
-        ef_search: HNSW candidate list per search (recall/latency knob).
+            ANN index (exact below).
+        nprobe: Inverted lists scanned per search (the recall/latency knob).
         save_fraction: Rewrite the index file once the rows inserted since it
             was written exceed this fraction of it.
     """
 
     spec = "duckdb"
 
-    def __init__(self, store: Store, *, index_threshold: int = 100_000, ef_search: int = 256,
+    def __init__(self, store: Store, *, index_threshold: int = 100_000, nprobe: int = NPROBE,
                  save_fraction: float = 0.05):
         self.store = store
         self.index_threshold = int(index_threshold)
-        self.ef_search = int(ef_search)
+        self.nprobe = int(nprobe)
         self.save_fraction = float(save_fraction)
         # space -> (metadata rows, unit-length vectors in the same order, or None once indexed; the index or None)
         self._mirror: dict[tuple[str, int], _Space] = {}
@@ -154,12 +158,12 @@ class DuckDBMemoryBackend:
         return self.store.memory_state()
 
     def index_path(self, embedder: str, dim: int) -> Path | None:
-        """Where a space's HNSW index lives (None for a store with no file)."""
+        """Where a space's ANN index lives (None for a store with no file)."""
         path = getattr(self.store, "path", None)
         if path is None or str(path) == ":memory:":
             return None
         tag = hashlib.sha256(f"{embedder}\n{int(dim)}".encode()).hexdigest()[:12]
-        return Path(path).with_name(f"{Path(path).name}.memory-{tag}.hnsw")
+        return Path(path).with_name(f"{Path(path).name}.memory-{tag}.ann")
 
     def add(self, memories: Sequence[Memory], vectors: np.ndarray) -> int:
         if not memories:
@@ -181,6 +185,9 @@ class DuckDBMemoryBackend:
                     rows = _unit_rows(block[part["_row"].to_numpy()])
                     space.extend(part.drop("_row"), rows)
                     if space.index is None and space.meta.height >= self.index_threshold:
+                        self._build(space, embedder, int(space_dim))
+                    elif space.index is not None and space.index.outgrown():  # lists trained on far fewer rows
+                        self._mirror[(embedder, space_dim)] = space = self._load_space(embedder, int(space_dim))
                         self._build(space, embedder, int(space_dim))
             for (embedder, space_dim), space in self._mirror.items():
                 if space.index is not None and space.unsaved > self.save_fraction * len(space.index):
@@ -212,15 +219,16 @@ class DuckDBMemoryBackend:
 
     def _attach(self, space: _Space, embedder: str, dim: int) -> None:
         """Load the persisted index and catch it up with the store, or rebuild it when stale."""
-        from factory.memory._ann import HnswIndex
+        from factory.memory._ann import IvfIndex
 
         path = self.index_path(embedder, dim)
-        index = HnswIndex.load(path, embedder, dim, ef_search=self.ef_search) if path else None
+        index = IvfIndex.load(path, embedder, dim, nprobe=self.nprobe) if path else None
         if index is not None:
             positions = pl.DataFrame({"memory_id": index.ids}).join(
                 space.meta.select("memory_id").with_row_index("_row"), on="memory_id", how="left",
                 maintain_order="left")["_row"]
-            if positions.null_count() == 0:  # every indexed id is still stored: insert the newer rows
+            # every indexed id is still stored, and the lists were trained on enough of them: insert the newer rows
+            if positions.null_count() == 0 and not index.outgrown(space.meta.height - len(index)):
                 indexed = positions.to_numpy().astype(np.int64)
                 rest = np.setdiff1d(np.arange(space.meta.height), indexed)
                 order = np.concatenate([indexed, rest])
@@ -233,12 +241,14 @@ class DuckDBMemoryBackend:
         self._build(space, embedder, dim)
 
     def _build(self, space: _Space, embedder: str, dim: int) -> None:
-        from factory.memory._ann import HnswIndex
+        from factory.memory._ann import IvfIndex
 
-        index = HnswIndex(embedder, dim, ef_search=self.ef_search)
-        index.add(space.matrix, space.meta["memory_id"].to_list())
+        index = IvfIndex.build(embedder, dim, space.matrix, space.meta["memory_id"].to_list(), nprobe=self.nprobe)
         space.matrix, space.index, space.unsaved = None, index, len(index)
         self._save(space, embedder, dim)
+        path = self.index_path(embedder, dim)
+        if path is not None:  # the HNSW file of earlier versions, superseded by this one
+            path.with_suffix(".hnsw").unlink(missing_ok=True)
 
     def _save(self, space: _Space, embedder: str, dim: int) -> None:
         path = self.index_path(embedder, dim)
@@ -253,7 +263,7 @@ class DuckDBMemoryBackend:
         space.unsaved = 0
 
     def reindex(self) -> dict[str, Any]:
-        """Rebuild every space's HNSW index from the store (from any size) and write it; return what was built."""
+        """Rebuild every space's ANN index from the store (from any size) and write it; return what was built."""
         self._mirror, self._mirror_state = {}, self._table_state()
         built = []
         for embedder, dim in sorted(self.spaces()):
@@ -287,7 +297,7 @@ class DuckDBMemoryBackend:
         return memories
 
     def indexed(self, embedder: str, dim: int) -> bool:
-        """Whether this space's searches go through the HNSW index (loading the mirror if needed)."""
+        """Whether this space's searches go through the ANN index (loading the mirror if needed)."""
         return self._space(embedder, int(dim)).index is not None
 
     def spaces(self) -> set[tuple[str, int]]:
@@ -308,7 +318,7 @@ class _Space:
 
     meta: pl.DataFrame
     matrix: np.ndarray | None
-    index: Any = None  # HnswIndex once the space reaches the threshold (its positions = meta's rows)
+    index: Any = None  # IvfIndex once the space reaches the threshold (its positions = meta's rows)
     unsaved: int = 0  # rows in the index not yet in its file
 
     def extend(self, meta: pl.DataFrame, rows: np.ndarray) -> None:

@@ -1,4 +1,4 @@
-"""The DuckDB memory backend's HNSW index (faiss, the ``memory-ann`` extra): recall, persistence, staleness, upserts."""
+"""The DuckDB memory backend's ANN index (faiss IVF, the ``memory-ann`` extra): recall, persistence, staleness."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ pytest.importorskip("faiss", reason="faiss is optional: pip install 'factory-rla
 from click.testing import CliRunner  # noqa: E402
 
 from factory.memory import DuckDBMemoryBackend, Memory  # noqa: E402
-from factory.memory._ann import HnswIndex  # noqa: E402
+from factory.memory._ann import IvfIndex  # noqa: E402
 from factory.store import Store  # noqa: E402
 
 DIM = 32
@@ -20,6 +20,12 @@ SPACE = ("random", DIM)
 def unit(rng: np.random.Generator, n: int) -> np.ndarray:
     rows = rng.standard_normal((n, DIM)).astype(np.float32)
     return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+def clustered(rng: np.random.Generator, n: int, centres: np.ndarray) -> np.ndarray:
+    """Unit rows near random centres (a centre plus noise of the same norm): structure as real embeddings have."""
+    rows = centres[rng.integers(0, len(centres), n)] + unit(rng, n)
+    return (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
 
 
 def memories(start: int, n: int) -> list[Memory]:
@@ -41,15 +47,17 @@ def data():
     return unit(rng, 5_000), unit(rng, 20)
 
 
-def test_hnsw_recall_against_exact_search_and_reload_answers_identically(tmp_path, data):
-    vectors, queries = data
+def test_ivf_recall_against_exact_search_and_reload_answers_identically(tmp_path):
+    rng = np.random.default_rng(11)
+    centres = unit(rng, 50)
+    vectors, queries = clustered(rng, 5_000, centres), clustered(rng, 20, centres)
     with Store.open(tmp_path / "m.duckdb") as store:
         backend = DuckDBMemoryBackend(store, index_threshold=1_000)
         backend.add(memories(0, len(vectors)), vectors)
         assert backend.indexed(*SPACE)
         first = [ids(backend.search(q, 10, *SPACE)) for q in queries]
         hits = [len(set(found) & set(exact_top(vectors, q, 10))) / 10 for found, q in zip(first, queries)]
-        assert np.mean(hits) >= 0.95
+        assert np.mean(hits) >= 0.95  # the default nprobe on data with cluster structure
         # similarities are exact inner products even when found approximately
         top = backend.search(queries[0], 3, *SPACE)
         assert [m.similarity for m in top] == pytest.approx(
@@ -62,6 +70,20 @@ def test_hnsw_recall_against_exact_search_and_reload_answers_identically(tmp_pat
         assert [ids(again.search(q, 10, *SPACE)) for q in queries] == first
         assert path.stat().st_mtime_ns == written
         assert not list(tmp_path.glob(".*.tmp"))  # the atomic write left nothing staged
+
+
+def test_probing_every_list_is_exact_and_fewer_lists_trade_recall_on_uniform_data(data):
+    vectors, queries = data
+    index = IvfIndex.build(*SPACE, vectors, [f"m{i:06d}" for i in range(len(vectors))], nprobe=4)
+
+    def recall() -> float:
+        found = [[index.ids[p] for p in index.search(q, 10)[0]] for q in queries]
+        return float(np.mean([len(set(f) & set(exact_top(vectors, q, 10))) / 10 for f, q in zip(found, queries)]))
+
+    few = recall()
+    index.nprobe = index.nlist
+    assert recall() == 1.0 and few < 1.0
+    assert len(index) == len(vectors) and not index.outgrown() and index.outgrown(3 * len(vectors) + 1)
 
 
 def test_below_the_threshold_results_equal_exact_search(tmp_path, data):
@@ -96,21 +118,37 @@ def test_upserts_are_searchable_without_a_rebuild_and_a_stale_index_is_rebuilt(t
 
         # the store changed behind the file: cleared and refilled with other memories under other ids
         path = backend.index_path(*SPACE)
-        saved = HnswIndex.load(path, *SPACE)
+        saved = IvfIndex.load(path, *SPACE)
         assert saved is not None
         store.clear_memory()
         fresh = [Memory(f"n{i:06d}", "r", f"t{i}", 0, f"text {i}", [], None, *SPACE) for i in range(800)]
         DuckDBMemoryBackend(store).add(fresh, vectors[3_000:3_800])
         reopened = DuckDBMemoryBackend(store, index_threshold=500)
         assert ids(reopened.search(vectors[3_100], 1, *SPACE)) == ["n000100"]
-        rebuilt = HnswIndex.load(path, *SPACE)
+        rebuilt = IvfIndex.load(path, *SPACE)
         assert rebuilt is not None and rebuilt.ids[0] == "n000000" and len(rebuilt) == 800
 
         # a torn file is treated as absent and rebuilt
         path.write_bytes(path.read_bytes()[:1_000])
-        assert HnswIndex.load(path, *SPACE) is None
+        assert IvfIndex.load(path, *SPACE) is None
         assert ids(DuckDBMemoryBackend(store, index_threshold=500).search(vectors[3_100], 1, *SPACE)) == ["n000100"]
-        assert HnswIndex.load(path, *SPACE) is not None
+        assert IvfIndex.load(path, *SPACE) is not None
+
+
+def test_an_index_grown_past_its_training_is_retrained(tmp_path, data):
+    from factory.memory._ann import RETRAIN_GROWTH
+
+    vectors, _ = data
+    with Store.open(tmp_path / "m.duckdb") as store:
+        backend = DuckDBMemoryBackend(store, index_threshold=200)
+        backend.add(memories(0, 200), vectors[:200])
+        assert backend.indexed(*SPACE) and backend._mirror[SPACE].index.trained_rows == 200
+        grown = int(RETRAIN_GROWTH * 200)
+        backend.add(memories(200, grown), vectors[200:200 + grown])  # past RETRAIN_GROWTH x 200 rows: rebuilt
+        index = backend._mirror[SPACE].index
+        assert index.trained_rows == len(index) == 200 + grown and index.nlist > 1
+        assert ids(backend.search(vectors[250], 1, *SPACE)) == ["m000250"]
+        assert IvfIndex.load(backend.index_path(*SPACE), *SPACE).trained_rows == 200 + grown
 
 
 def test_memory_reindex_command_rebuilds_the_index_file(tmp_path, data):
@@ -124,18 +162,19 @@ def test_memory_reindex_command_rebuilds_the_index_file(tmp_path, data):
     result = CliRunner().invoke(cli, ["memory", "reindex", "--db", str(db)])
     assert result.exit_code == 0, result.output
     assert "300 memories" in result.output and path.exists()
-    assert HnswIndex.load(path, *SPACE).ids == [f"m{i:06d}" for i in range(300)]
+    assert IvfIndex.load(path, *SPACE).ids == [f"m{i:06d}" for i in range(300)]
 
 
-def test_a_bulk_load_is_batched_in_one_transaction_and_restores_the_memory_limit(tmp_path, data):
+def test_a_bulk_load_is_one_transaction_and_restores_the_memory_limit_and_compression(tmp_path, data):
     from factory.memory._store import _meta_table, _with_vectors
 
     vectors, _ = data
     with Store.open(tmp_path / "m.duckdb") as store:
         limit = store.query("SELECT current_setting('memory_limit') AS m")["m"][0]
         rows = _with_vectors(_meta_table(memories(0, 250)), vectors[:250])
-        assert store.write_memories(rows, new_only=True, batch_rows=100) == 250
+        assert store.write_memories(rows, new_only=True, bulk_rows=100) == 250
         assert store.memory_count() == 250
         assert store.query("SELECT current_setting('memory_limit') AS m")["m"][0] == limit
+        assert store.query("SELECT current_setting('force_compression') AS c")["c"][0] in ("", "auto")
         backend = DuckDBMemoryBackend(store)
         assert ids(backend.search(vectors[123], 1, *SPACE)) == ["m000123"]
