@@ -220,6 +220,8 @@ class Store:
         self._closed = False
         self._pause_cost_s = 0.0  # a writer's last pause for readers: closing, and opening again
         self._memory_limit: str | None = None  # a reader's DuckDB memory limit while memory_capped
+        self._memory_writes = 0  # write_memories/clear_memory calls so far (see memory_state)
+        self._memory_state: tuple[int, tuple[int, datetime | None]] | None = None  # (writes, state) when read
         self.path = path
         self.read_only = read_only
         self._columns = self._load_columns()
@@ -583,6 +585,7 @@ class Store:
         writes its own blocks, merged again at commit (slices of 250,000 took
         1.5 times the CPU and left a 2.3 GB file for 1.6 GB of rows).
         """
+        self._memory_writes += 1
         if not new_only:
             with self._transaction():
                 return self._write("memory", rows)
@@ -603,6 +606,7 @@ class Store:
     def clear_memory(self) -> int:
         """Delete every memory; return how many there were."""
         self._check_writable()
+        self._memory_writes += 1
         with self._transaction():
             return self._execute(queries.DELETE_MEMORIES)
 
@@ -897,9 +901,22 @@ class Store:
     # ---------------------------------------------------------------- memory
 
     def memory_state(self) -> tuple[int, datetime | None]:
-        """Row count and newest ``created_at`` of ``memory``: changes whenever any writer adds or clears memories."""
+        """Row count and newest ``created_at`` of ``memory``: changes whenever any writer adds or clears memories.
+
+        The memory backend asks before every search. The store that holds the
+        writer lock is the only writer of its file, so it answers from the last
+        read until it has itself written or cleared memories since (``max``
+        scans every row: 4 ms of an 8.6 ms search at 100,000 memories); a
+        reader asks DuckDB each time.
+        """
+        writes = self._memory_writes
+        if self._writer is not None and self._memory_state is not None and self._memory_state[0] == writes:
+            return self._memory_state[1]
         count, newest = self._read(queries.MEMORY_STATE).row(0)
-        return int(count), newest
+        state = (int(count), newest)
+        if self._writer is not None:
+            self._memory_state = (writes, state)
+        return state
 
     def memory_count(self) -> int:
         """Stored memories."""
