@@ -285,7 +285,6 @@ class RolloutRanker:
             if not per_task:
                 stats["outcomes"].pop("tasks", None)
             return stats
-        frame = frame.sort("task_id", "branch_index")
         # A branch's reward signal: the weighted sum of the values given, null when none is (reward_signal).
         signal = None
         for weight, column in signal_parts:
@@ -295,8 +294,10 @@ class RolloutRanker:
             part = pl.lit(weight) * value
             signal = part if signal is None else pl.when(signal.is_null()).then(part).otherwise(
                 pl.when(part.is_null()).then(signal).otherwise(signal + part))
+        # Narrowed before it is sorted: a run of millions of branches is never copied whole again.
         light = frame.select("task_id", "branch_index", "objective_pass",
-                             (signal if signal is not None else pl.lit(None, pl.Float64)).alias("signal"))
+                             (signal if signal is not None else pl.lit(None, pl.Float64)).alias("signal")
+                             ).sort("task_id", "branch_index")
         sources: set[str] = set()
         judged_tasks = {outcome.task_id for outcome in pairwise}
         if judged_tasks:

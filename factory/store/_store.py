@@ -848,8 +848,9 @@ class Store:
         Every table is read through the same condition, so a slice costs what its own rows cost, whatever
         the size of the store: a streaming export holds one slice at a time.
         """
+        # Sorted here, not in DuckDB: its sort would carry the message lists along (byte order, as DuckDB's).
         return self._read(queries.EXPORT_BRANCH_SLICE, {"run": run_id, "first": first_task, "last": last_task,
-                                                        "opinions": list(opinions)})
+                                                        "opinions": list(opinions)}).sort("task_id", "branch_index")
 
     def stored_ranking_counts(self, run_ids: Sequence[str]) -> dict[str, int]:
         """Per run of ``run_ids``, how many of its outcome branches have a stored rank (runs with none: absent)."""
