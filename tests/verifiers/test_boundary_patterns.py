@@ -9,7 +9,6 @@ write-back, value objects, output relay, decorators) must never pass.
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 import textwrap
 
@@ -18,6 +17,7 @@ import pytest
 from factory.sandbox import SandboxLimits
 from factory.tasks import Task
 from factory.verifiers import BranchOutput, Criterion, TestsVerifier, VerifyContext, run_verifier
+from tests import _verify_loop
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
@@ -30,7 +30,7 @@ def verify(tests: str, solution: str, timeout_s: float = 60.0):
     criterion = Criterion("tests", "tests pass", "tests", task.effective_test_command)
     ctx = VerifyContext(task, BranchOutput("done"), criterion, None,
                         workspace={**task.tests, "lib.py": textwrap.dedent(solution)})
-    return asyncio.run(run_verifier(verifier, ctx))
+    return _verify_loop.run(run_verifier(verifier, ctx))
 
 
 # ----------------------------------------------------------------------------------------------- honest patterns
@@ -1574,7 +1574,7 @@ def test_tests_inside_the_solution_package(case):
     criterion = Criterion("tests", "tests pass", "tests", task.effective_test_command)
     ctx = VerifyContext(task, BranchOutput("done"), criterion, None,
                         workspace={**task.tests, **PACKAGE_SOLUTIONS[case]})
-    verdict = asyncio.run(run_verifier(verifier, ctx))
+    verdict = _verify_loop.run(run_verifier(verifier, ctx))
     if case == "honest":
         assert verdict.status == "pass" and verdict.details["passed"] == 2, verdict.details
     else:

@@ -8,7 +8,6 @@ hidden ones.
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import pytest
 
 from factory.tasks import load_tasks
 from factory.verifiers import BranchOutput, TestsVerifier, VerifyContext, criteria_for, run_verifier
+from tests import _verify_loop
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
@@ -65,7 +65,7 @@ def verify(task_id: str, solution: str):
     task = TASKS[task_id]
     criterion = criteria_for(task)[0]
     workspace = {**task.tests, "solution.py": solution}
-    return asyncio.run(run_verifier(TestsVerifier(reference_sandbox="bwrap"),
+    return _verify_loop.run(run_verifier(TestsVerifier(reference_sandbox="bwrap"),
                                     VerifyContext(task, BranchOutput("done"), criterion, None, workspace=workspace)))
 
 

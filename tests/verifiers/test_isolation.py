@@ -17,6 +17,7 @@ from factory.sandbox import SandboxLimits
 from factory.tasks import Task
 from factory.verifiers import BranchOutput, Criterion, TestsVerifier, VerifyContext, run_verifier
 from factory.verifiers._isolation import module_names, solution_files
+from tests import _verify_loop
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
@@ -98,7 +99,7 @@ def verify(task: Task, workspace: dict[str, str], timeout_s: float = 60.0):
                              limits=SandboxLimits(timeout_s=timeout_s))
     criterion = Criterion("tests", "tests pass", "tests", task.effective_test_command)
     ctx = VerifyContext(task, BranchOutput("done"), criterion, None, workspace={**task.tests, **workspace})
-    return asyncio.run(run_verifier(verifier, ctx))
+    return _verify_loop.run(run_verifier(verifier, ctx))
 
 
 def test_honest_function_solution_passes_in_process_isolation():

@@ -19,6 +19,7 @@ import pytest
 from factory.sandbox import SandboxSpec, create_sandbox, docker_image_status
 from factory.tasks import Task
 from factory.verifiers import BranchOutput, Criterion, TestsVerifier, VerifyContext, run_verifier
+from tests import _verify_loop
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 DOCKER_OK, DOCKER_WHY = docker_image_status()
@@ -28,7 +29,7 @@ def verify(task: Task, workspace: dict[str, str]):
     verifier = TestsVerifier(timeout_s=60.0, reference_sandbox="bwrap")
     criterion = Criterion("tests", "tests pass", "tests", task.effective_test_command)
     ctx = VerifyContext(task, BranchOutput("done"), criterion, None, workspace={**task.tests, **workspace})
-    return asyncio.run(run_verifier(verifier, ctx))
+    return _verify_loop.run(run_verifier(verifier, ctx))
 
 
 CLI_TESTS = textwrap.dedent("""

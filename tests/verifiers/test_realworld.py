@@ -16,7 +16,6 @@ report (counts and the causes of every isolated failure).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import shlex
@@ -35,6 +34,7 @@ import pytest
 
 from factory.tasks import Task
 from factory.verifiers import BranchOutput, Criterion, TestsVerifier, Verdict, VerifyContext, run_verifier
+from tests import _verify_loop
 
 A = TypeVar("A")
 B = TypeVar("B")
@@ -209,7 +209,7 @@ def run_tests_verifier(task: Task, solution: Mapping[str, str]) -> Verdict:
     verifier = TestsVerifier(reference_sandbox="bwrap")
     criterion = Criterion("tests", "tests pass", "tests", task.effective_test_command)
     ctx = VerifyContext(task, BranchOutput("done"), criterion, None, workspace={**task.tests, **solution})
-    return asyncio.run(run_verifier(verifier, ctx))
+    return _verify_loop.run(run_verifier(verifier, ctx))
 
 
 def alongside(first: Callable[[], A], second: Callable[[], B]) -> tuple[A, B]:
