@@ -47,7 +47,7 @@ __all__ = ["ImageBuild", "browser_image_tag", "build_image", "default_image_tag"
 #: ``awk`` is virtual: the installed package that provides it (mawk, gawk, ...) is used.
 BASE_PACKAGES = (
     "dash", "bash", "coreutils", "findutils", "grep", "sed", "awk", "diffutils",
-    "tar", "gzip", "procps", "util-linux", "libc-bin",
+    "tar", "gzip", "procps", "util-linux", "libc-bin", "make",
 )
 
 #: Added for the browser image: Debian's Chromium (its declared dependencies resolved like the base's) and

@@ -570,6 +570,23 @@ def prepare_runner(bootstrap):
     os.environ.update(env)
 
 
+def _missing_program(command, env):
+    """The first program ``command`` runs (past ``NAME=value`` assignments), if ``sh`` finds no such command or
+    builtin here; else ``None`` (also for what is not a plain word: a path, an expansion, a subshell)."""
+    import shlex
+
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return None
+    words = [w for w in words if not (("=" in w) and w.split("=", 1)[0].isidentifier())]
+    if not words or not all(c.isalnum() or c in "._+-" for c in words[0]):
+        return None
+    found = subprocess.run(["sh", "-c", 'command -v "$1" >/dev/null 2>&1', "sh", words[0]],
+                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    return words[0] if found.returncode != 0 else None
+
+
 def launch(settings):
     """Run ``settings["command"]`` unchanged with ``sh -c``; return the report payload (its exit status)."""
     bootstrap = os.path.join(os.getcwd(), BOUNDARY_DIR)
@@ -585,6 +602,12 @@ def launch(settings):
     os.umask(0o000)
     env = child_environment(bootstrap, boundary.get("scratch"))
     env[FINDINGS_ENV] = findings
+    missing = _missing_program(settings["command"], env)
+    if missing:
+        # This sandbox holds no agent file: a program the task's command names that is not here is the
+        # environment's lack (an image without make), never the agent's failure.
+        return {"infra_error": f"the test command's program {missing!r} is not installed where the tests run "
+                               "(the sandbox's image): use an image that has it"}
     try:
         process = subprocess.run(["sh", "-c", settings["command"]], stdin=subprocess.DEVNULL, env=env)
     except OSError as exc:

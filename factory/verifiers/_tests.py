@@ -113,7 +113,7 @@ import secrets
 import shlex
 import xml.etree.ElementTree as ET
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -434,6 +434,24 @@ DEFAULT_INACTIVITY_S = 120.0
 DEFAULT_UNWATCHED_S = 180.0
 
 
+def environment_lacks(missing: Iterable[str], solution_modules: Iterable[str]) -> list[str]:
+    """Of the modules a trusted collection lacked, those this host's interpreter has: what the sandbox's image
+    lacks. A module the agent was to write is on no host, so its absence stays the agent's failure."""
+    import importlib.util
+
+    own = set(solution_modules)
+    lacking = []
+    for name in missing:
+        if name in own or not name.isidentifier():
+            continue
+        try:
+            if importlib.util.find_spec(name) is not None:
+                lacking.append(name)
+        except (ImportError, ValueError):
+            continue
+    return lacking
+
+
 def stopped_by(exit_code: int | None, timed_out: bool, output_truncated: bool, limits: SandboxLimits,
                timeout_s: float, stopped: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
     """The limit that stopped a trusted test run (``name``, ``value``), or None if none did.
@@ -695,6 +713,15 @@ class TestsVerifier:
                                 hack_detected=bool(hacks), hacks=hacks)
         report = PytestReport(outcomes={str(k): str(v) for k, v in run.payload.get("outcomes", {}).items()},
                               collection_errors=[str(e) for e in run.payload.get("collection_errors", [])])
+        lacking = environment_lacks(run.payload.get("missing_modules") or [], run.modules)
+        if report.collection_errors and lacking:
+            # A test file the trusted side could not import for a module the host has and its image lacks
+            # (numpy on a bare image): the environment's lack, never the agent's failure.
+            return Verdict.make(self, "error", 0.0, code="test_dependency_missing", **common,
+                                reason=f"the tests import {', '.join(lacking)}, which the sandbox's image does "
+                                       "not have (this host does): give the task an image that has it",
+                                collection_errors=report.collection_errors[:5], hack_detected=bool(hacks),
+                                hacks=hacks)
         # The task's own skips, xfails and xpasses are not expected to pass. A skip the solution caused (a test
         # skipped when the solution lacks a function, a module skipped when its import fails) is a hack, as
         # in-process: only skips the pristine task has too are the task's own.

@@ -4085,6 +4085,23 @@ class SolutionFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return None
 
 
+class _NotFound:
+    """The last import finder: records the top-level modules no finder here could find.
+
+    A test file's collection that fails on such a module (``No module named 'numpy'`` from this process's own
+    import system, not an exception relayed from the solution, which never reaches a finder here) means the
+    environment lacks it; the verifier reports that as the environment's lack when the host has the module.
+    """
+
+    missing = set()
+
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        if path is None:
+            cls.missing.add(name.partition(".")[0])
+        return None
+
+
 class _Outcomes:
     """A pytest plugin recording every test's outcome in this process."""
 
@@ -4092,6 +4109,8 @@ class _Outcomes:
         self.outcomes = {}
         self.messages = {}
         self.collection_errors = []
+        self.missing_modules = set()  # modules a failed collection lacked that no finder here found
+        self.solution_modules = frozenset()
         self.boundary = []
         self.functions = {}
         self.watched = set()
@@ -4110,6 +4129,12 @@ class _Outcomes:
             self.collection_errors.append(report.nodeid)
             self.outcomes[report.nodeid or "<collection>"] = "failed"
             self.messages[report.nodeid or "<collection>"] = report.longreprtext[-600:]
+            import re
+
+            for name in re.findall(r"ModuleNotFoundError: No module named '([\w.]+)'", report.longreprtext):
+                top = name.partition(".")[0]
+                if top in _NotFound.missing and top not in self.solution_modules:
+                    self.missing_modules.add(top)
         elif report.skipped and report.nodeid:
             # A module skipped as a whole (``pytest.skip(allow_module_level=True)`` when an import of the
             # solution fails): its tests must not vanish unseen (the verifier compares skips with the
@@ -4253,6 +4278,7 @@ def _payload(outcomes, client, exit_code):
     """The report payload: what pytest's hooks in this process saw, and what the solution's side did."""
     return {"exit": exit_code, "outcomes": dict(outcomes.outcomes), "messages": dict(outcomes.messages),
             "collection_errors": list(outcomes.collection_errors), "solution_error": client.broken,
+            "missing_modules": sorted(outcomes.missing_modules)[:20],
             "boundary": outcomes.boundary_entries(),
             # (pytest's usage error when a conftest's import of the solution raised: the solution's failure)
             "solution_raised_before_tests": client.raised_before_tests,
@@ -4333,6 +4359,8 @@ def run_tests(settings, nonce=None):
     _watch_nan_checks(pytest)
     _watch_patches(pytest)
     outcomes = _Outcomes()
+    outcomes.solution_modules = solution_names
+    sys.meta_path.append(_NotFound)
     import threading
 
     done = {"lock": threading.Lock(), "finished": False}

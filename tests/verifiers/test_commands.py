@@ -7,7 +7,6 @@ Real bwrap sandboxes, real processes. The golden exploits of these commands
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shutil
 import textwrap
@@ -19,6 +18,7 @@ from factory.errors import TaskFileError
 from factory.tasks import Task, load_tasks
 from factory.verifiers import BranchOutput, Criterion, TestsVerifier, VerifyContext, run_verifier
 from factory.verifiers._tests import _unittest_args
+from tests import _verify_loop
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
@@ -50,7 +50,7 @@ def verify(task: Task, workspace: dict[str, str], verifier: TestsVerifier | None
     criterion = Criterion("tests", "tests pass", "tests", task.effective_test_command)
     ctx = VerifyContext(task, BranchOutput("done"), criterion, None,
                         workspace={**task.files, **task.tests, **workspace})
-    return asyncio.run(run_verifier(verifier, ctx))
+    return _verify_loop.run(run_verifier(verifier, ctx))
 
 
 def unittest_task(command: str = "python -m unittest") -> Task:
@@ -96,6 +96,23 @@ def test_make_task_is_judged_by_the_exit_status_of_a_process_tree_that_ran_no_ag
     hooked = verify(make_task(), {"solution.py": "import os, sys\nsys.excepthook = lambda *a: os._exit(0)\n" + BROKEN})
     assert hooked.status == "fail", hooked.details
     assert "AssertionError" in hooked.details["output_tail"]
+
+
+def test_a_test_command_whose_program_is_not_installed_is_an_infrastructure_error_never_a_fail():
+    """No agent file is where the command runs, so a program it names that is missing there (an image without
+    ``make``) is the environment's lack: an error verdict naming it, whatever the solution; an agent's program that
+    a recipe runs is not this check's (only the command's first word is)."""
+    task = Task(id="add-missing-tool", prompt="Fix add.", files={"solution.py": BROKEN},
+                tests={"test_solution.py": ASSERT_TESTS}, test_command="FOO=1 factory-no-such-tool test")
+    for solution in (GOOD, BROKEN):
+        verdict = verify(task, {"solution.py": solution})
+        assert verdict.status == "error", verdict.details
+        assert "'factory-no-such-tool' is not installed where the tests run" in json.dumps(verdict.details)
+    # a shell builtin or a program that is there runs as before
+    honest = Task(id="add-sh", prompt="Fix add.", files={"solution.py": BROKEN},
+                  tests={"test_solution.py": ASSERT_TESTS}, test_command="cd . && python test_solution.py")
+    assert verify(honest, {"solution.py": GOOD}).status == "pass"
+    assert verify(honest, {"solution.py": BROKEN}).status == "fail"
 
 
 def test_agent_files_that_steer_make_never_reach_the_trusted_sandbox():

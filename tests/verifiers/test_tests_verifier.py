@@ -40,7 +40,15 @@ CASES = [("bwrap", c) for c in CORRECT] + [("none", c) for c in CORRECT[:6]]
 EXPLOIT_CASES = [("bwrap", c) for c in EXPLOITS] + [("none", c) for c in EXPLOITS[:22]]
 # On docker: every exploit, and the honest cases that are not more of the same (the first sets and the
 # in-process ones), verified a few at a time in one batch: a container's start is mostly the engine's wait.
-DOCKER_CORRECT = CORRECT[:6] + [c for c in CORRECT[6:] if c.task.test_isolation == "in-process"]
+# By default the first sets and the in-process ones; every other honest pattern (items 3-4 of the boundary: the
+# same boundary code as on bwrap, in containers) with -m slow.
+DOCKER_CORE = {c.id for c in CORRECT[:6]} | {c.id for c in CORRECT[6:] if c.task.test_isolation == "in-process"}
+# Honest cases whose tests import what the default image lacks (numpy, pandas: this host has them): on docker
+# their verdict is the environment's error, never a fail (test_a_test_dependency_the_image_lacks_...).
+NEEDS_HOST_PACKAGES = {"numpy-and-pandas-values-cross"}
+DOCKER_CORRECT = [c for c in CORRECT if c.id not in NEEDS_HOST_PACKAGES]
+DOCKER_CORRECT_PARAMS = [pytest.param(c, id=f"{c.id}-docker", marks=() if c.id in DOCKER_CORE else pytest.mark.slow)
+                         for c in DOCKER_CORRECT]
 # Not on docker: the exploits of the value classes (a forged __eq__, a hard-coded answer). What they forge
 # crosses the import boundary as data and is judged by the same code on every backend; the sandbox plays no
 # part in them, so docker would only repeat bwrap's verdict at a container pair's cost each.
@@ -148,7 +156,7 @@ def docker_golden(docker_reports, case, expect_pass):
     return report
 
 
-@pytest.mark.parametrize("case", DOCKER_CORRECT, ids=[f"{c.id}-docker" for c in DOCKER_CORRECT])
+@pytest.mark.parametrize("case", DOCKER_CORRECT_PARAMS)
 def test_correct_solutions_pass_on_docker(case, docker_reports):
     report = docker_golden(docker_reports, case, True)
     assert report.false_negatives == [], report.false_negatives
@@ -159,6 +167,34 @@ def test_exploit_never_passes_on_docker(case, docker_reports):
     report = docker_golden(docker_reports, case, False)
     assert report.false_positives == [], report.false_positives
     assert len(report.caught) == 1
+
+
+def test_a_test_dependency_the_image_lacks_is_the_environments_error_on_docker_never_a_fail():
+    """numpy and pandas are on this host (bwrap's interpreter) and not in the default image: the test file's
+    import fails on docker's trusted side, which is the environment's lack (an error verdict naming them), not
+    the agent's fail; a module the solution was to provide stays the agent's failure (no host has it)."""
+    if not DOCKER_OK:
+        pytest.skip(f"docker: {DOCKER_WHY}")
+    case = next(c for c in CORRECT if c.id == "numpy-and-pandas-values-cross")
+    unwritten = Task(id="unwritten", prompt="Write lonely.py with f() returning 1.",
+                     tests={"test_lonely.py": "from lonely import f\n\n\ndef test_f():\n    assert f() == 1\n"})
+    pipeline = VerificationPipeline({"tests": TestsVerifier(reference_sandbox="docker")})
+    branch = BranchOutput("done")
+    try:
+        verdicts = asyncio.run(_verdicts(pipeline, case.task, branch, dict(case.workspace.files)))
+        missing = asyncio.run(_verdicts(pipeline, unwritten, branch, {"notes.txt": "no lonely.py"}))
+    finally:
+        drain_docker_pool()
+    assert verdicts[0].status == "error" and verdicts[0].details["code"] == "test_dependency_missing"
+    assert "numpy" in verdicts[0].details["reason"]
+    assert missing[0].status == "fail", missing[0].details
+
+
+async def _verdicts(pipeline, task, branch, files):
+    try:
+        return await pipeline.verify(task, branch, None, files)
+    finally:
+        await pipeline.aclose()
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
