@@ -4102,6 +4102,30 @@ class _NotFound:
         return None
 
 
+def _lacked_by_environment(text, solution_modules):
+    """Top-level modules a failed collection's traceback (``text``) shows this process's own import statement
+    failing to find: ``E   ModuleNotFoundError: No module named 'M'`` right under a source line that imports M,
+    with M one no finder here found (:class:`_NotFound`) and not the solution's. The source line is this
+    process's (the tests'), so an exception the solution raised and the boundary relayed, whatever its message,
+    never matches: under it is the line that imported the solution's module."""
+    import re
+
+    found = set()
+    lines = text.splitlines()
+    for index, line in enumerate(lines):
+        match = re.match(r"E\s+ModuleNotFoundError: No module named '([\w.]+)'\s*$", line)
+        if not match or index == 0:
+            continue
+        name = match.group(1)
+        top = name.partition(".")[0]
+        source = lines[index - 1]
+        imports = re.match(rf"\s*(from\s+{re.escape(name)}\s+import\b|import\s+([\w.]+(\s+as\s+\w+)?\s*,\s*)*"
+                           rf"{re.escape(name)}\b)", source)
+        if imports and top in _NotFound.missing and top not in solution_modules:
+            found.add(top)
+    return found
+
+
 class _Outcomes:
     """A pytest plugin recording every test's outcome in this process."""
 
@@ -4129,12 +4153,7 @@ class _Outcomes:
             self.collection_errors.append(report.nodeid)
             self.outcomes[report.nodeid or "<collection>"] = "failed"
             self.messages[report.nodeid or "<collection>"] = report.longreprtext[-600:]
-            import re
-
-            for name in re.findall(r"ModuleNotFoundError: No module named '([\w.]+)'", report.longreprtext):
-                top = name.partition(".")[0]
-                if top in _NotFound.missing and top not in self.solution_modules:
-                    self.missing_modules.add(top)
+            self.missing_modules.update(_lacked_by_environment(report.longreprtext, self.solution_modules))
         elif report.skipped and report.nodeid:
             # A module skipped as a whole (``pytest.skip(allow_module_level=True)`` when an import of the
             # solution fails): its tests must not vanish unseen (the verifier compares skips with the

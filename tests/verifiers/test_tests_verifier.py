@@ -183,11 +183,19 @@ def test_a_test_dependency_the_image_lacks_is_the_environments_error_on_docker_n
     try:
         verdicts = asyncio.run(_verdicts(pipeline, case.task, branch, dict(case.workspace.files)))
         missing = asyncio.run(_verdicts(pipeline, unwritten, branch, {"notes.txt": "no lonely.py"}))
+        # An attack: the tests import numpy optionally (the image lacks it), and the solution raises numpy's
+        # ModuleNotFoundError itself; relayed to the tests' import of it, it must stay the solution's fail.
+        optional = Task(id="optional", prompt="Write lonely.py with f() returning 1.", tests={"test_lonely.py": (
+            "try:\n    import numpy\nexcept ImportError:\n    numpy = None\nfrom lonely import f\n\n\n"
+            "def test_f():\n    assert f() == 1\n")})
+        forged = asyncio.run(_verdicts(pipeline, optional, branch, {
+            "lonely.py": "raise ModuleNotFoundError(\"No module named 'numpy'\", name='numpy')\n"}))
     finally:
         drain_docker_pool()
     assert verdicts[0].status == "error" and verdicts[0].details["code"] == "test_dependency_missing"
     assert "numpy" in verdicts[0].details["reason"]
     assert missing[0].status == "fail", missing[0].details
+    assert forged[0].status == "fail", forged[0].details
 
 
 async def _verdicts(pipeline, task, branch, files):
