@@ -469,7 +469,7 @@ def breakdown(store: Store, out: Path, options: ExportOptions, batch_branches: i
     import hashlib
 
     from factory.export import _formats
-    from factory.export._source import load_source, task_slices
+    from factory.export._source import load_source
     from factory.export._writers import RowWriter
     from factory.provenance import git_sha
 
@@ -484,10 +484,11 @@ def breakdown(store: Store, out: Path, options: ExportOptions, batch_branches: i
         totals[name] = totals.get(name, 0.0) + time.perf_counter() - start
         return result
 
-    source = step("load_source: task list + ranking statistics", lambda: load_source(store, [RUN]))
+    source = step("load_source: slice bounds + ranking statistics", lambda: load_source(store, [RUN]))
     parquet = RowWriter(out / "breakdown.parquet", "parquet")
     digest = hashlib.sha256()
-    slices = task_slices(source.tasks, batch_branches)
+    slices = list(store.export_slices([RUN], batch_branches)
+                  .select("run_id", "first_task", "last_task", "branches").iter_rows())
     with (out / "breakdown.jsonl").open("wb") as jsonl:
         for run_id, first, last, _n in slices:
             batch = step("store: slice query (DuckDB -> Arrow -> Polars)",

@@ -198,7 +198,7 @@ def _write_export(fmt: ExportFormat, streamed: ExportStream, source: ExportSourc
         config_hash=run_info[0]["config_hash"] if len(run_info) == 1 else None,
         config_hashes=[r["config_hash"] for r in run_info],
         counts={"branches": source.n_branches,
-                "tasks": source.tasks.height,
+                "tasks": source.n_tasks,
                 # left out of every row, never a rejected side or an undesirable label
                 "excluded_infra_failures": sum(e["infra_failures"] for e in source.excluded.values()),
                 **streamed.stats},

@@ -49,8 +49,10 @@ class ExportSource:
         ranked_here: Runs with no stored ranking, ranked for this export.
         ranking_stats: Per run, the ranker's power statistics (``powered``, ``mcnemar_p``, ...).
         excluded: Per run, the branches left out as infrastructure failures (count and reasons).
-        tasks: The tasks read, in export order: ``run_id, task_id, branches`` (outcomes per task).
         batch_branches: Branches per slice :meth:`batches` yields (whole tasks; None: one slice).
+
+    A source reading a store holds one row per slice (its bounds and counts, from DuckDB), never one per
+    task or per branch: :attr:`tasks` (one row per task) is read only when asked for.
     """
 
     def __init__(self, branches: pl.DataFrame | None = None, runs: dict[str, dict[str, Any]] | None = None,
@@ -67,13 +69,35 @@ class ExportSource:
         self.excluded = excluded if excluded is not None else {}
         self.store = store
         self.opinions = list(opinions)
-        if tasks is None:
-            tasks = (store.export_tasks(list(self.runs)) if branches is None else
-                     branches.group_by("run_id", "task_id", maintain_order=True).len("branches")
+        if tasks is None and branches is not None:
+            tasks = (branches.group_by("run_id", "task_id", maintain_order=True).len("branches")
                      .with_columns(pl.col("branches").cast(pl.Int64)))
-        self.tasks = tasks
+        self._tasks = tasks
         self.batch_branches = batch_branches
+        # One row per slice: ``run_id, first_task, last_task, branches, tasks, most`` (see Store.export_slices).
+        self._slice_rows = (store.export_slices(list(self.runs), batch_branches) if tasks is None else
+                            _slice_rows(tasks, batch_branches))
         self._rankings: dict[str, pl.DataFrame] = {}  # rankings made here, by run: merged into every slice
+
+    @property
+    def tasks(self) -> pl.DataFrame:
+        """The tasks read, in export order: ``run_id, task_id, branches`` (outcomes per task).
+
+        One row per task: read from the store when asked for (an export itself does not need it).
+        """
+        if self._tasks is None:
+            self._tasks = self.store.export_tasks(list(self.runs))
+        return self._tasks
+
+    @property
+    def n_tasks(self) -> int:
+        """Tasks read (with at least one outcome branch)."""
+        return int(self._slice_rows["tasks"].sum()) if self._slice_rows.height else 0
+
+    def branches_per_run(self) -> dict[str, int]:
+        """Outcome branches read, per run (runs with none: absent)."""
+        return {run_id: int(n) for run_id, n in
+                self._slice_rows.group_by("run_id").agg(pl.col("branches").sum()).iter_rows()}
 
     @property
     def branches(self) -> pl.DataFrame:
@@ -82,7 +106,7 @@ class ExportSource:
         For formats that need the whole frame; the built-in ones stream :meth:`batches` instead.
         """
         if self._branches is None:
-            self._branches = pl.concat(list(self._slices(None)), how="vertical") if self.tasks.height else \
+            self._branches = pl.concat(list(self._slices(None)), how="vertical") if self.n_tasks else \
                 self._with_rankings(self.store.export_branches(list(self.runs), opinions=self.opinions))
         return self._branches
 
@@ -93,12 +117,12 @@ class ExportSource:
     @property
     def n_branches(self) -> int:
         """Branches read (outcomes), counted without reading their messages."""
-        return int(self.tasks["branches"].sum()) if self.tasks.height else 0
+        return int(self._slice_rows["branches"].sum()) if self._slice_rows.height else 0
 
     @property
     def max_branches_per_task(self) -> int:
         """The most branches any one task has."""
-        return int(self.tasks["branches"].max()) if self.tasks.height else 0
+        return int(self._slice_rows["most"].max()) if self._slice_rows.height else 0
 
     def judge_objective(self) -> pl.DataFrame:
         """``judge_score, objective_pass`` of every branch (light: what the manifest's agreement compares)."""
@@ -122,7 +146,9 @@ class ExportSource:
 
         At most two slices are held: the one yielded and the one being read.
         """
-        bounds = task_slices(self.tasks, size)
+        rows = self._slice_rows if size == self.batch_branches else (
+            self.store.export_slices(list(self.runs), size) if self._tasks is None else _slice_rows(self._tasks, size))
+        bounds = list(rows.select("run_id", "first_task", "last_task").iter_rows())
         if not bounds:
             return
 
@@ -159,17 +185,25 @@ class ExportSource:
 def task_slices(tasks: pl.DataFrame, size: int | None) -> list[tuple[str, str, str, int]]:
     """``(run, first task, last task, branches)`` of consecutive whole tasks of one run, about ``size`` branches.
 
-    A slice closes at the first task that takes it to ``size`` branches or more (None: one slice per run).
+    A slice closes at the first task that takes it to ``size`` branches or more (None: one slice per run):
+    the slices :meth:`~factory.store.Store.export_slices` gives from the store.
     """
+    return [(run_id, first, last, int(n)) for run_id, first, last, n in
+            _slice_rows(tasks, size).select("run_id", "first_task", "last_task", "branches").iter_rows()]
+
+
+def _slice_rows(tasks: pl.DataFrame, size: int | None) -> pl.DataFrame:
+    """:meth:`~factory.store.Store.export_slices`'s rows from a task list held in memory."""
     if tasks.is_empty():
-        return []
+        return pl.DataFrame(schema={"run_id": pl.String, "first_task": pl.String, "last_task": pl.String,
+                                    "branches": pl.Int64, "tasks": pl.Int64, "most": pl.Int64})
     before = pl.col("branches").cum_sum().over("run_id") - pl.col("branches")  # branches of the run before it
     frame = tasks.with_columns((pl.lit(0) if size is None else before // size).alias("_slice"))
-    bounds = (frame.group_by("run_id", "_slice", maintain_order=True)
-              .agg(pl.col("task_id").first().alias("first"), pl.col("task_id").last().alias("last"),
-                   pl.col("branches").sum().alias("n")))
-    return [(run_id, first, last, int(n)) for run_id, first, last, n in
-            bounds.select("run_id", "first", "last", "n").iter_rows()]
+    return (frame.group_by("run_id", "_slice", maintain_order=True)
+            .agg(pl.col("task_id").first().alias("first_task"), pl.col("task_id").last().alias("last_task"),
+                 pl.col("branches").sum().cast(pl.Int64), pl.len().cast(pl.Int64).alias("tasks"),
+                 pl.col("branches").max().cast(pl.Int64).alias("most"))
+            .drop("_slice"))
 
 
 def _frame_slices(frame: pl.DataFrame, tasks: pl.DataFrame, size: int | None) -> Iterator[pl.DataFrame]:
@@ -218,7 +252,7 @@ def _rank(store: Store, source: ExportSource, bootstrap_rounds: int) -> None:
 
     ranker = RolloutRanker(bootstrap_rounds=bootstrap_rounds)
     stored = store.stored_ranking_counts(list(source.runs))
-    counts = dict(source.tasks.group_by("run_id").agg(pl.col("branches").sum()).iter_rows())
+    counts = source.branches_per_run()
     for run_id in source.runs:
         if not counts.get(run_id):
             source.ranking_stats[run_id] = ranker.stats_of([])
@@ -226,11 +260,14 @@ def _rank(store: Store, source: ExportSource, bootstrap_rounds: int) -> None:
             continue
         if stored.get(run_id, 0) >= counts[run_id]:  # stored by `factory rank`: keep its order
             # The evidence statistics depend on the signals and outcomes, never on the order: recomputed.
-            # Vectorised, no Python object per branch, and no per-task list in the manifest (a million tasks
-            # would make it hundreds of MB; `factory rank` gives it): what an export holds does not grow.
-            source.ranking_stats[run_id] = ranker.evidence_of_frame(
-                store.branch_records(run_id, opinions=source.opinions), load_pairwise(store, run_id),
-                per_task=False)
+            # No per-task list in the manifest (a million tasks would make it hundreds of MB; `factory rank`
+            # gives it). With no signal to test (no judge score, no pairwise judgment), per-task counts from
+            # DuckDB give the statistics exactly, without a row per branch; else vectorised over the branches.
+            pairwise = load_pairwise(store, run_id)
+            stats = None if pairwise else ranker.evidence_of_task_counts(
+                store.run_outcome_counts(run_id, opinions=source.opinions))
+            source.ranking_stats[run_id] = stats if stats is not None else ranker.evidence_of_frame(
+                store.branch_records(run_id, opinions=source.opinions), pairwise, per_task=False)
             continue
         result = ranker.rank(load_records(store, run_id), load_pairwise(store, run_id))
         source.ranked_here.append(run_id)

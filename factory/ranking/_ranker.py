@@ -277,10 +277,8 @@ class RolloutRanker:
 
         from factory.ranking._records import records_of
 
-        signal_parts = [(float(weight), _RECORD_COLUMNS.get(name))
-                        for name, (weight, fn) in self.rewards.items()
-                        if name not in self.objective_rewards and fn is DEFAULT_REWARDS.get(name, (0, None))[1]]
-        if len(signal_parts) != sum(name not in self.objective_rewards for name in self.rewards):
+        signal_parts = self._signal_parts()
+        if signal_parts is None:
             stats = self.evidence_of(records_of(frame), pairwise)  # a reward function only Python can apply
             if not per_task:
                 stats["outcomes"].pop("tasks", None)
@@ -328,6 +326,36 @@ class RolloutRanker:
         elif light["signal"].null_count() < light.height:
             sources.add(self._signal_name())
         return self._stats_of_frame(light, sorted(sources), per_task)
+
+    def _signal_parts(self) -> list[tuple[float, str]] | None:
+        """``(weight, record column)`` of each reward making up the signal; None when one is not a column's."""
+        parts = [(float(weight), _RECORD_COLUMNS[name]) for name, (weight, fn) in self.rewards.items()
+                 if name not in self.objective_rewards and name in _RECORD_COLUMNS
+                 and fn is DEFAULT_REWARDS.get(name, (0, None))[1]]
+        return parts if len(parts) == sum(name not in self.objective_rewards for name in self.rewards) else None
+
+    def evidence_of_task_counts(self, counts: Any) -> dict[str, Any] | None:
+        """:meth:`evidence_of_frame`'s statistics (the run's figures only) from one row per task, or None.
+
+        When no branch has a signal (none of the columns the signal reads is set, and the run has no
+        pairwise judgments: the caller checks those), the statistics are the objective outcomes' alone, and
+        per-task counts give them exactly: no row per branch is read. None when a branch may have a signal
+        (or a reward only Python can apply): the caller takes :meth:`evidence_of_frame`'s path.
+
+        Args:
+            counts: Polars rows of :meth:`~factory.store.Store.run_outcome_counts` (one per task, by task id).
+        """
+        from factory.ranking._evidence import outcome_summary_counted
+
+        parts = self._signal_parts()
+        if parts is None or any(column == "objective_score" or counts[f"{column}s"].sum() for _, column in parts):
+            return None
+        summary = outcome_summary_counted(range(counts.height), counts["verified"].to_numpy(),
+                                          counts["passed"].to_numpy(), int(counts["unverified"].sum()),
+                                          alpha=self.alpha, per_task=False)
+        common = {"n_tasks": counts.height, "order": self._order_words(), "outcomes": summary,
+                  "definitions": EVIDENCE_DEFINITIONS}
+        return self._no_signal_stats(summary, common)
 
     def _stats_of_frame(self, light: Any, sources: list[str], per_task: bool) -> dict[str, Any]:
         """:meth:`stats_of` on ``task_id, branch_index, objective_pass, signal`` rows sorted by task and branch."""

@@ -184,6 +184,36 @@ EXPORT_TASKS = f"""
     GROUP BY run_id, task_id ORDER BY run_id, task_id
     """
 
+#: $runs, $size: the slices an export streams, in its order: consecutive whole tasks of one run, a slice closing
+#: at the first task that takes it to $size outcome branches or more ($size NULL: one slice per run). One row
+#: per slice (``run_id, first_task, last_task, branches, tasks, most``: branches, tasks and the most branches
+#: of one task in it), so what an export holds of its task list does not grow with the run.
+EXPORT_SLICES = f"""
+    WITH t AS (SELECT run_id, task_id, count(*)::BIGINT AS branches FROM branches
+               WHERE list_contains($runs, run_id) AND status NOT IN {NOT_OUTCOMES} GROUP BY run_id, task_id),
+    s AS (SELECT *, CASE WHEN $size IS NULL THEN 0 ELSE
+                 (sum(branches) OVER (PARTITION BY run_id ORDER BY task_id ROWS UNBOUNDED PRECEDING) - branches)
+                 // $size END AS slice FROM t)
+    SELECT run_id, min(task_id) AS first_task, max(task_id) AS last_task, sum(branches)::BIGINT AS branches,
+           count(*)::BIGINT AS tasks, max(branches)::BIGINT AS most
+    FROM s GROUP BY run_id, slice ORDER BY run_id, slice
+    """
+
+#: $run, $opinions: one row per task of a run (by task id) with an outcome branch: ``verified`` and ``passed``
+#: (objective verdicts), ``unverified``, and how many branches have a ``judge_score`` / ``objective_score``
+#: (what the ranker's signal reads): the run's ranking statistics when no branch has a signal, without
+#: reading one row per branch.
+RUN_OUTCOME_COUNTS = f"""
+    WITH v AS ({verdict_summary_sql("run_id = $run")})
+    SELECT count(v.objective_pass)::INTEGER AS verified,
+           count(*) FILTER (WHERE v.objective_pass)::INTEGER AS passed,
+           (count(*) - count(v.objective_pass))::INTEGER AS unverified,
+           count(v.judge_score)::INTEGER AS judge_scores, count(v.objective_score)::INTEGER AS objective_scores
+    FROM branches b LEFT JOIN v USING (run_id, task_id, branch_index)
+    WHERE b.run_id = $run AND b.status NOT IN {NOT_OUTCOMES}
+    GROUP BY b.task_id ORDER BY b.task_id
+    """
+
 #: $runs: per run, how many of its outcome branches have a stored rank.
 RANKED_BRANCH_COUNTS = f"""
     SELECT b.run_id, count(r.rank)::BIGINT AS ranked FROM branches b

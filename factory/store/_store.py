@@ -841,6 +841,23 @@ class Store:
         """
         return self._read(queries.EXPORT_TASKS, {"runs": list(run_ids)})
 
+    def export_slices(self, run_ids: Sequence[str], size: int | None) -> pl.DataFrame:
+        """The slices an export of ``run_ids`` streams, one row each, in its order (from DuckDB: light).
+
+        Consecutive whole tasks of one run; a slice closes at the first task that takes it to ``size``
+        outcome branches or more (None: one slice per run). Columns: ``run_id, first_task, last_task,
+        branches, tasks, most`` (the most branches of one of its tasks).
+        """
+        return self._read(queries.EXPORT_SLICES, {"runs": list(run_ids), "size": size})
+
+    def run_outcome_counts(self, run_id: str, *, opinions: Sequence[str]) -> pl.DataFrame:
+        """One row per task of a run with an outcome branch, by task id, counted in DuckDB (no row per branch).
+
+        Columns: ``verified``, ``passed``, ``unverified`` (objective verdicts, as :meth:`branch_records`
+        gives them), ``judge_scores`` and ``objective_scores`` (branches with one).
+        """
+        return self._read(queries.RUN_OUTCOME_COUNTS, {"run": run_id, "opinions": list(opinions)})
+
     def export_branch_slice(self, run_id: str, first_task: str, last_task: str, *,
                             opinions: Sequence[str]) -> pl.DataFrame:
         """The rows of :meth:`export_branches` for one run's tasks ``first_task`` .. ``last_task`` (inclusive).

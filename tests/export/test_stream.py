@@ -134,6 +134,38 @@ def test_slices_are_whole_tasks_bounded_in_size_and_add_up_to_the_whole_frame(va
         assert frame.height == source.n_branches and "infra_error" not in frame["status"].to_list()
 
 
+def test_the_store_counts_slices_and_outcomes_as_the_rows_it_holds(varied):
+    """The slice bounds and per-task outcome counts come from DuckDB (no row per task or branch in Python)."""
+    from factory.verifiers import opinion_verifiers
+
+    with Store.open(varied, read_only=True) as store:
+        for size in (None, 1, 9, 40, 10_000):
+            want, before = [], {}  # closes at the first task that takes it to `size` branches or more
+            for run_id, task_id, n in store.export_tasks(list(RUNS)).iter_rows():
+                if want and want[-1][0] == run_id and (size is None or before[run_id] // size == want[-1][-1]):
+                    want[-1][2:4] = [task_id, want[-1][3] + n]
+                else:
+                    want.append([run_id, task_id, task_id, n, 0 if size is None else before.get(run_id, 0) // size])
+                before[run_id] = before.get(run_id, 0) + n
+            rows = store.export_slices(list(RUNS), size)
+            assert [list(r) for r in rows.select("run_id", "first_task", "last_task", "branches").iter_rows()] == \
+                [w[:4] for w in want]
+        source = load_source(store, RUNS, batch_branches=9)
+        assert source.n_tasks == source.tasks.height and source.n_branches == int(source.tasks["branches"].sum())
+        assert source.max_branches_per_task == int(source.tasks["branches"].max())
+        for run_id in RUNS:
+            records = store.branch_records(run_id, opinions=opinion_verifiers())
+            passed = pl.col("objective_pass")
+            want = (records.group_by("task_id").agg(
+                passed.count().cast(pl.Int32).alias("verified"), passed.sum().cast(pl.Int32).alias("passed"),
+                passed.null_count().cast(pl.Int32).alias("unverified"),
+                pl.col("judge_score").count().cast(pl.Int32).alias("judge_scores"),
+                pl.col("objective_score").count().cast(pl.Int32).alias("objective_scores"))
+                .sort("task_id").drop("task_id"))
+            counts = store.run_outcome_counts(run_id, opinions=opinion_verifiers())
+            assert counts.equals(want) and counts["judge_scores"].sum() > 0
+
+
 OPTIONS = {
     "default": ExportOptions(),
     "all-pairs": ExportOptions(pairs=PairOptions(strategy="all-pairs", hacks_as_rejected=True), dedupe=True),

@@ -59,3 +59,27 @@ def test_every_reward_in_the_signal_and_a_custom_reward_function():
     custom = RolloutRanker(rewards={"objective": (1.0, lambda r: r.objective_score),
                                     "seeded": (1.0, lambda r: (r.fields["seed"] % 5) / 5)})
     assert custom.evidence_of_frame(frame) == custom.evidence_of(records_of(frame))
+
+
+def task_counts(frame: pl.DataFrame) -> pl.DataFrame:
+    """The rows ``Store.run_outcome_counts`` gives (one per task, by task id), from the same branch rows."""
+    passed = pl.col("objective_pass")
+    return (frame.group_by("task_id").agg(passed.count().alias("verified"), passed.sum().alias("passed"),
+                                          passed.null_count().alias("unverified"),
+                                          pl.col("judge_score").count().alias("judge_scores"),
+                                          pl.col("objective_score").count().alias("objective_scores"))
+            .sort("task_id").drop("task_id"))
+
+
+@pytest.mark.parametrize("unverified_share", [0.0, 0.1])
+def test_per_task_counts_give_the_statistics_when_no_branch_has_a_signal(unverified_share):
+    frame = branch_frame(11, n_tasks=60, judge_share=0.0, unverified_share=unverified_share)
+    ranker = RolloutRanker()
+    light = ranker.evidence_of_task_counts(task_counts(frame))
+    assert light is not None and light["test"] is None
+    assert light == ranker.evidence_of_frame(frame, per_task=False)
+    # A signal to test: the branches are needed (the caller reads them), never a count's guess.
+    assert ranker.evidence_of_task_counts(task_counts(branch_frame(11, judge_share=0.3))) is None
+    assert RolloutRanker(objective_rewards=()).evidence_of_task_counts(task_counts(frame)) is None
+    custom = RolloutRanker(rewards={"objective": (1.0, lambda r: r.objective_score), "len": (1.0, lambda r: 1.0)})
+    assert custom.evidence_of_task_counts(task_counts(frame)) is None
