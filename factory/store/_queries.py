@@ -275,6 +275,17 @@ MEMORY_SPACE = """
     FROM memory WHERE embedder = ? AND dim = ? ORDER BY memory_id
     """
 
+#: ?, ?: embedder and dim; the metadata of every memory of that space, no vectors, in id order, with each row's
+#: DuckDB ``rowid`` (``_row``: how :data:`MEMORY_VECTORS` batches are matched to these rows).
+MEMORY_SPACE_META = """
+    SELECT memory_id, run_id, task_id, branch_index, task_text, key_steps, final_answer, embedder, dim, rowid AS _row
+    FROM memory WHERE embedder = ? AND dim = ? ORDER BY memory_id
+    """
+
+#: ?, ?, ?: embedder, dim and the lowest rowid wanted; ``rowid`` and vector of those rows, in storage order (no sort:
+#: at 1M rows a sort would hold the 1.5 GB of vectors; the ``rowid`` bound skips the row groups below it).
+MEMORY_VECTORS = "SELECT rowid AS _row, embedding FROM memory WHERE embedder = ? AND dim = ? AND rowid >= ?"
+
 DELETE_MEMORIES = "DELETE FROM memory"
 
 MEMORY_DISCARD_COUNTS = "SELECT reason, count(*) FROM memory_discards GROUP BY 1 ORDER BY 1"

@@ -125,7 +125,8 @@ def _connect(path: Path, read_only: bool, wait_s: float, writer: WriterLock | No
 
     A reader asks the writer to let it in on each refusal; a writer says it
     waits (readers left open step aside) until the readers inside leave.
-    ``memory_limit``: a reader's DuckDB memory limit (its settings are locked once connected).
+    ``memory_limit``: DuckDB's memory limit (a reader's settings are locked once connected; a writer that let
+    readers in connects again with the cap it had).
     """
     try:
         return _connect_waiting(path, read_only, wait_s, writer, memory_limit)
@@ -139,7 +140,7 @@ def _connect_waiting(path: Path, read_only: bool, wait_s: float, writer: WriterL
     deadline = time.monotonic() + wait_s
     delay = 0.005
     config: dict[str, Any] = dict(_SEALED_SETTINGS) if read_only else {}
-    if read_only and memory_limit is not None:
+    if memory_limit is not None:
         config["memory_limit"] = memory_limit
     while True:
         try:
@@ -219,7 +220,7 @@ class Store:
         self._depth = 0  # open transaction blocks (see _Transaction)
         self._closed = False
         self._pause_cost_s = 0.0  # a writer's last pause for readers: closing, and opening again
-        self._memory_limit: str | None = None  # a reader's DuckDB memory limit while memory_capped
+        self._memory_limit: str | None = None  # DuckDB's memory limit while memory_capped (None: DuckDB's default)
         self._memory_writes = 0  # write_memories/clear_memory calls so far (see memory_state)
         self._memory_state: tuple[int, tuple[int, datetime | None]] | None = None  # (writes, state) when read
         self.path = path
@@ -534,33 +535,34 @@ class Store:
 
     @contextlib.contextmanager
     def memory_capped(self, limit: str = STREAM_MEMORY_LIMIT) -> Iterator[None]:
-        """DuckDB's buffer pool capped at ``limit`` meanwhile, then back to DuckDB's default.
+        """DuckDB's buffer pool capped at ``limit`` meanwhile, then back to the limit before (caps nest).
 
         A read that streams a whole run slice by slice (an export) touches every block of the store once;
         uncapped, DuckDB keeps them cached up to 80% of the machine's memory, so the process grows with the
         store. Capped, read blocks are evicted instead (a query needing more spills or fails as over the cap).
-        A read-only store's settings are locked (sealed): it connects again with the cap, and again without.
+        A read-only store's settings are locked (sealed): it connects again with the cap, and again with the
+        limit before. A cap inside another (a bulk memory load inside an export's cap) restores the outer one.
         """
-        if not self.read_only:
-            with self._lock:
-                self._connect_again()
-                self._con.execute(f"SET memory_limit = '{limit}'")
-            try:
-                yield
-            finally:
-                with self._lock:
-                    if self._con is not None:
-                        self._con.execute("RESET memory_limit")
-            return
         with self._lock:
-            self._memory_limit = limit
-            self._reconnect_lazily()
+            previous = self._memory_limit
+            self._set_memory_limit(limit)
         try:
             yield
         finally:
             with self._lock:
-                self._memory_limit = None
-                self._reconnect_lazily()
+                self._set_memory_limit(previous)
+
+    def _set_memory_limit(self, limit: str | None) -> None:
+        """Apply ``limit`` (None: DuckDB's default) now on a writable connection, on the next connect on a reader."""
+        self._memory_limit = limit
+        if self.read_only:
+            self._reconnect_lazily()
+            return
+        if self._con is None:  # let go for readers: the next connect applies it
+            if self._closed:
+                return
+            self._connect_again()
+        self._con.execute("RESET memory_limit" if limit is None else f"SET memory_limit = '{limit}'")
 
     def _reconnect_lazily(self) -> None:
         """Close a reader's connection now; the next read opens it again (with :attr:`_memory_limit`)."""
@@ -593,14 +595,13 @@ class Store:
         if arrow.num_rows < bulk_rows:
             with self._transaction():
                 return self._write("memory", arrow, replace=False)
-        self._con.execute(f"SET memory_limit = '{self.BULK_MEMORY_LIMIT}'")
-        self._con.execute("SET force_compression = 'uncompressed'")
-        try:
-            with self._transaction():
-                return self._write("memory", arrow, replace=False)
-        finally:  # back to DuckDB's defaults
-            self._con.execute("RESET force_compression")
-            self._con.execute("RESET memory_limit")
+        with self.memory_capped(self.BULK_MEMORY_LIMIT):  # then back to the limit before (an outer cap stays)
+            self._con.execute("SET force_compression = 'uncompressed'")
+            try:
+                with self._transaction():
+                    return self._write("memory", arrow, replace=False)
+            finally:  # back to DuckDB's default
+                self._con.execute("RESET force_compression")
 
     @_locked
     def clear_memory(self) -> int:
@@ -953,6 +954,36 @@ class Store:
     def memory_space(self, embedder: str, dim: int) -> pl.DataFrame:
         """Every memory of one (embedder, dim) space, ``embedding`` included, ordered by ``memory_id``."""
         return self._read(queries.MEMORY_SPACE, [embedder, int(dim)])
+
+    def memory_space_meta(self, embedder: str, dim: int) -> pl.DataFrame:
+        """Every memory of one space but its vector, ordered by ``memory_id``, with its DuckDB ``rowid`` as ``_row``.
+
+        ``_row`` matches the rows of :meth:`memory_vectors` while this store's connection stays open (the
+        caller checks :meth:`memory_state` around both reads).
+        """
+        return self._read(queries.MEMORY_SPACE_META, [embedder, int(dim)])
+
+    @_locked
+    def memory_vectors(self, embedder: str, dim: int, sink: Callable[[pa.Array, pa.Array], None], *,
+                       from_row: int = 0, batch_rows: int = 65_536) -> int:
+        """Stream one space's vectors to ``sink(rowids, flat_float32_values)`` in batches; return the rows sent.
+
+        Batches of at most ``batch_rows`` rows in storage order, from ``rowid`` ``from_row`` on (row groups
+        below it are skipped), with DuckDB's buffer pool capped meanwhile: reading every vector of a space
+        holds one batch at a time here, not the space (1.5 GB at 1M 384-dim rows) nor DuckDB's cache of it.
+        """
+        sent = 0
+        with self.memory_capped():
+            self._connect_again()
+            try:
+                reader = self._con.sql(queries.MEMORY_VECTORS, params=[embedder, int(dim), int(from_row)]
+                                       ).to_arrow_reader(batch_rows)
+                for batch in reader:
+                    sink(batch.column("_row"), batch.column("embedding").flatten())
+                    sent += batch.num_rows
+            except duckdb.Error as exc:
+                raise QueryError(" ".join(str(exc).split())) from exc
+        return sent
 
     def memory_discard_counts(self) -> dict[str, int]:
         """Branches the memory refused, counted by reason (reasons in sorted order)."""

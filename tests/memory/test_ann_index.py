@@ -178,3 +178,116 @@ def test_a_bulk_load_is_one_transaction_and_restores_the_memory_limit_and_compre
         assert store.query("SELECT current_setting('force_compression') AS c")["c"][0] in ("", "auto")
         backend = DuckDBMemoryBackend(store)
         assert ids(backend.search(vectors[123], 1, *SPACE)) == ["m000123"]
+
+
+class CountingStore:
+    """The real store, counting the vectors it streams and the scans for spaces (a spy, not a fake)."""
+
+    def __init__(self, store: Store):
+        self.store, self.vectors_read, self.space_scans = store, 0, 0
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+    def memory_vectors(self, *args, **kwargs):
+        sent = self.store.memory_vectors(*args, **kwargs)
+        self.vectors_read += sent
+        return sent
+
+    def memory_spaces(self):
+        self.space_scans += 1
+        return self.store.memory_spaces()
+
+
+def test_a_new_process_with_a_current_index_reads_only_the_vectors_the_file_lacks(tmp_path, data):
+    vectors, queries = data
+    with Store.open(tmp_path / "m.duckdb") as store:
+        first = DuckDBMemoryBackend(store, index_threshold=500)
+        first.add(memories(0, 1_000), vectors[:1_000])
+        assert first.indexed(*SPACE)  # the first search builds and writes the index
+        path = first.index_path(*SPACE)
+        assert IvfIndex.load(path, *SPACE).ids == [f"m{i:06d}" for i in range(1_000)]
+        expected = [ids(first.search(q, 10, *SPACE)) for q in queries[:5]]
+
+        spy = CountingStore(store)
+        again = DuckDBMemoryBackend(spy, index_threshold=500)
+        assert [ids(again.search(q, 10, *SPACE)) for q in queries[:5]] == expected
+        assert spy.vectors_read == 0  # the file holds every row: no vector read from the store
+
+        # 20 rows newer than the file (under save_fraction: the file is not rewritten): only they are read
+        DuckDBMemoryBackend(store, index_threshold=500).add(memories(1_000, 20), vectors[1_000:1_020])
+        spy = CountingStore(store)
+        later = DuckDBMemoryBackend(spy, index_threshold=500)
+        assert ids(later.search(vectors[1_010], 1, *SPACE)) == ["m001010"]
+        assert spy.vectors_read == 20 and len(later._mirror[SPACE].index) == 1_020
+        assert "embedding" not in later._mirror[SPACE].meta.columns
+
+        # reindex reads every vector once, in batches, and writes the same ids
+        spy = CountingStore(store)
+        DuckDBMemoryBackend(spy, index_threshold=500).reindex()
+        assert spy.vectors_read == 1_020 and len(IvfIndex.load(path, *SPACE)) == 1_020
+
+
+def test_vectors_stream_in_bounded_batches_matched_by_rowid_under_the_cap(tmp_path, data):
+    vectors, _ = data
+    with Store.open(tmp_path / "m.duckdb") as store:
+        DuckDBMemoryBackend(store).add(memories(0, 250), vectors[:250])
+        limit = store.query("SELECT current_setting('memory_limit') AS m")["m"][0]
+        meta = store.memory_space_meta(*SPACE)
+        assert "embedding" not in meta.columns and meta["memory_id"].to_list() == [f"m{i:06d}" for i in range(250)]
+        by_row = dict(zip(meta["_row"].to_list(), meta["memory_id"].to_list()))
+        batches = []
+
+        def sink(rowids, values):
+            batches.append((rowids.to_pylist(), values.to_numpy().reshape(-1, DIM)))
+
+        assert store.memory_vectors(*SPACE, sink, batch_rows=100) == 250
+        assert max(len(rows) for rows, _ in batches) <= 100 and len(batches) >= 3
+        for rows, block in batches:
+            for row, vector in zip(rows, block):
+                assert np.allclose(vector, vectors[int(by_row[row][1:])])
+        # from a rowid on: the rows below it are not sent
+        assert store.memory_vectors(*SPACE, lambda *_: None, from_row=sorted(by_row)[200]) == 50
+        assert store.query("SELECT current_setting('memory_limit') AS m")["m"][0] == limit
+
+
+def test_retrieval_answers_spaces_and_count_from_the_known_state_and_sees_other_writers(tmp_path):
+    from factory.errors import ConfigError
+    from factory.memory import HashingEmbedder, MemoryCandidate, RolloutMemoryStore
+
+    with Store.open(tmp_path / "m.duckdb") as store:
+        spy = CountingStore(store)
+        memory = RolloutMemoryStore(DuckDBMemoryBackend(spy), HashingEmbedder())
+        memory.upsert([MemoryCandidate("r", f"t{i}", 0, f"task number {i}", "ok", [], 1.0, False) for i in range(5)])
+        scans = spy.space_scans
+        for _ in range(5):
+            assert len(memory.retrieve("task number 3", k=2)) == 2
+        assert spy.space_scans <= scans + 1  # read once after the upsert, then answered from the known state
+        assert memory.backend.count() == 5
+        # another writer (another backend on the store) adds a space: the next retrieval sees it
+        DuckDBMemoryBackend(store).add(memories(0, 1), unit(np.random.default_rng(1), 1))
+        assert memory.backend.count() == 6
+        with pytest.raises(ConfigError, match="random"):
+            memory.retrieve("task number 3", k=2)
+
+
+def test_memory_caps_nest_a_bulk_load_inside_a_capped_block_restores_the_outer_cap(tmp_path, data):
+    from factory.memory._store import _meta_table, _with_vectors
+
+    vectors, _ = data
+
+    def limit(store):
+        return store.query("SELECT current_setting('memory_limit') AS m")["m"][0]
+
+    with Store.open(tmp_path / "m.duckdb") as store:
+        default = limit(store)
+        with store.memory_capped("300MB"):
+            outer = limit(store)
+            assert outer != default
+            rows = _with_vectors(_meta_table(memories(0, 250)), vectors[:250])
+            assert store.write_memories(rows, new_only=True, bulk_rows=100) == 250
+            assert limit(store) == outer  # the bulk load's own cap did not lift the outer one
+            with store.memory_capped("200MB"):
+                assert limit(store) not in (outer, default)
+            assert limit(store) == outer
+        assert limit(store) == default
