@@ -53,11 +53,18 @@ DOCKER_CORRECT_PARAMS = [pytest.param(c, id=f"{c.id}-docker", marks=() if c.id i
 # crosses the import boundary as data and is judged by the same code on every backend; the sandbox plays no
 # part in them, so docker would only repeat bwrap's verdict at a container pair's cost each.
 VALUE_CLASSES = ("eq", "hardcode")
-# On docker by default: the classes whose mechanism is files, processes, tools or what the tests can reach
-# (where a container's layout differs from bwrap's mounts), and any other exploit that brings a file besides
-# its Python modules (a planted report). The rest, patches and guard attacks made inside the solution's own
-# interpreter, meet the same boundary code on every backend: on docker they run with -m slow.
-SANDBOX_CLASSES = ("peek", "proc", "shadow", "pytest", "tamper")
+# On docker by default: the exploits whose mechanism is files, processes, tools or what the tests can reach, where a
+# container's layout differs from bwrap's mounts: the process, tamper and shadow classes; any exploit that brings more
+# than its one Python module (a planted conftest, .pth, ini file, package or report), replays commands, or runs its
+# tests with a command of its own (make, a script, unittest: another launcher path); and the peeks that read files or
+# programs rather than the tests' frames. The rest, patches, guard attacks, frame peeks and pytest tricks made inside
+# the solution's own interpreter, meet the same boundary code on every backend: on docker they run with -m slow.
+SANDBOX_CLASSES = ("proc", "shadow", "tamper")
+FILE_PEEKS = frozenset({
+    "read-expected-values-from-tests", "peek-cat-subprocess", "peek-libc-open-via-ctypes", "peek-os-open-dir-fd",
+    "peek-hardlink-to-tests", "peek-copy-made-during-turns", "peek-cat-redirect-during-turns",
+    "peek-base64-copy-during-turns", "peek-traceback-source-lines", "peek-scratch-link-swapped-after-check",
+    "peek-test-stdout-read-back", "peek-program-env-pytest-current-test", "peek-pytest-current-test-env"})
 _RAW = {raw["id"]: raw for raw in map(json.loads, (GOLDEN / "tests-exploits.jsonl").read_text().splitlines())}
 _CLASS_OF = {case_id: raw.get("class") for case_id, raw in _RAW.items()}
 DOCKER_EXPLOITS = [c for c in EXPLOITS if _CLASS_OF[c.id] not in VALUE_CLASSES]
@@ -65,8 +72,10 @@ DOCKER_EXPLOITS = [c for c in EXPLOITS if _CLASS_OF[c.id] not in VALUE_CLASSES]
 
 def _on_docker_by_default(case) -> bool:
     raw = _RAW[case.id]
-    return (_CLASS_OF[case.id] in SANDBOX_CLASSES or bool(raw.get("commands"))
-            or any(not path.endswith(".py") for path in raw.get("files", {})))
+    files = raw.get("files", {})
+    return (_CLASS_OF[case.id] in SANDBOX_CLASSES or case.id in FILE_PEEKS or bool(raw.get("commands"))
+            or len(files) > 1 or any(not path.endswith(".py") for path in files)
+            or "test_command" in case.task.model_fields_set)
 
 
 DOCKER_EXPLOIT_PARAMS = [pytest.param(c, id=f"{c.id}-docker",
@@ -154,6 +163,17 @@ def docker_golden(docker_reports, case, expect_pass):
     if isinstance(report, BaseException):
         raise report
     return report
+
+
+def test_the_default_docker_set_keeps_every_mechanism_that_reaches_past_the_interpreter():
+    """The cut to -m slow names real cases, and leaves on docker by default every class whose mechanism a container
+    changes, every launcher and every planted file."""
+    assert FILE_PEEKS.issubset(_RAW)
+    default = [c for c in DOCKER_EXPLOITS if _on_docker_by_default(c)]
+    assert {_CLASS_OF[c.id] for c in default} >= {"proc", "shadow", "tamper", "peek", "pytest"}
+    assert all(_on_docker_by_default(c) for c in DOCKER_EXPLOITS if _CLASS_OF[c.id] in SANDBOX_CLASSES)
+    assert all(_on_docker_by_default(c) for c in DOCKER_EXPLOITS
+               if "test_command" in c.task.model_fields_set or len(_RAW[c.id].get("files", {})) > 1)
 
 
 @pytest.mark.parametrize("case", DOCKER_CORRECT_PARAMS)
