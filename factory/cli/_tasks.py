@@ -50,11 +50,11 @@ def validate(file: Path, as_json: bool) -> None:
               help='Reference solutions, JSONL: {"id": TASK_ID, "files": {PATH: TEXT}} a line; they take '
                    "precedence over the tasks' own `solution` fields.")
 @click.option("--sandbox", default="bwrap", show_default=True, help="Sandbox backend both verifications use.")
-@click.option("--timeout", "timeout_s", type=FiniteFloat(min=0, min_open=True), default=120.0, show_default=True,
-              help="Wall-clock limit of each test run, in seconds.")
+@click.option("--timeout", "timeout_s", type=FiniteFloat(min=0, min_open=True), default=None,
+              help="Ceiling of each test run, in seconds (default: a fork's, with its inactivity window).")
 @click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Tasks checked at once.")
 @json_option
-def check(file: Path, solutions: Path | None, sandbox: str, timeout_s: float, jobs: int, as_json: bool) -> None:
+def check(file: Path, solutions: Path | None, sandbox: str, timeout_s: float | None, jobs: int, as_json: bool) -> None:
     """Verify each task's reference solution isolated and bare, and list the tasks where the two differ.
 
     Isolated is the default verification a fork uses (the solution in its own sandbox, behind the
@@ -116,13 +116,13 @@ def check(file: Path, solutions: Path | None, sandbox: str, timeout_s: float, jo
 @click.option("--check/--no-check", default=True, show_default=True,
               help="Verify every reference solution (isolated and bare) and starter after writing.")
 @click.option("--sandbox", default="bwrap", show_default=True, help="Sandbox backend of the check.")
-@click.option("--timeout", "timeout_s", type=FiniteFloat(min=0, min_open=True), default=120.0, show_default=True,
-              help="Wall-clock limit of each test run of the check, in seconds.")
+@click.option("--timeout", "timeout_s", type=FiniteFloat(min=0, min_open=True), default=None,
+              help="Ceiling of each test run of the check, in seconds (default: a fork's, with its inactivity window).")
 @click.option("--jobs", type=click.IntRange(min=1), default=2, show_default=True, help="Tasks checked at once.")
 @json_option
 def import_(fmt: str, source: Path, out: Path, map_file: Path | None, repos: Path | None, split: str | None,
-            limit: int | None, id_prefix: str | None, skip_invalid: bool, check: bool, sandbox: str, timeout_s: float,
-            jobs: int, as_json: bool) -> None:
+            limit: int | None, id_prefix: str | None, skip_invalid: bool, check: bool, sandbox: str,
+            timeout_s: float | None, jobs: int, as_json: bool) -> None:
     """Import a benchmark's rows from SOURCE as tasks in FORMAT's layout.
 
     FORMAT is humaneval, mbpp (tests tasks), gsm8k, math (answer tasks), swe (SWE-bench-style instances with
@@ -179,7 +179,7 @@ def import_(fmt: str, source: Path, out: Path, map_file: Path | None, repos: Pat
         raise SystemExit(1)
 
 
-async def _check_with_progress(check_tasks, tasks, sandbox: str, timeout_s: float, jobs: int, err) -> list:
+async def _check_with_progress(check_tasks, tasks, sandbox: str, timeout_s: float | None, jobs: int, err) -> list:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 

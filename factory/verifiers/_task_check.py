@@ -198,23 +198,27 @@ def _kind(isolated: CheckedRun, bare: CheckedRun, differences: list[TestDifferen
 
 
 async def _verify(task: Task, workspace: Mapping[str, str], isolation: str, sandbox: str,
-                  timeout_s: float) -> CheckedRun:
+                  timeout_s: float | None) -> CheckedRun:
     variant = task.model_copy(update={"test_isolation": isolation})
-    verifier = TestsVerifier(timeout_s=timeout_s, reference_sandbox=sandbox, limits=SandboxLimits(timeout_s=timeout_s))
+    # By default the limits a fork's tests verifier runs under (its ceiling and inactivity window), so a suite the
+    # check passes is not cut off in a fork, and the reverse.
+    verifier = (TestsVerifier(reference_sandbox=sandbox) if timeout_s is None else
+                TestsVerifier(timeout_s=timeout_s, reference_sandbox=sandbox,
+                              limits=SandboxLimits(timeout_s=timeout_s)))
     criterion = Criterion("tests", "the task's tests pass, untampered", "tests", variant.effective_test_command)
     context = VerifyContext(variant, BranchOutput("reference solution"), criterion, None, workspace=workspace)
     return CheckedRun.from_verdict(await run_verifier(verifier, context))
 
 
 async def check_task(task: Task, solution: Mapping[str, str] | None = None, *, sandbox: str = "bwrap",
-                     timeout_s: float = 120.0, source: str = "task", starter: bool = False) -> TaskCheck:
+                     timeout_s: float | None = None, source: str = "task", starter: bool = False) -> TaskCheck:
     """Verify one task's reference solution isolated and bare, and compare.
 
     Args:
         task: The task.
         solution: The reference solution's files (default: the task's ``solution`` field).
         sandbox: Sandbox backend both verifications use.
-        timeout_s: Wall-clock limit of each test run.
+        timeout_s: Ceiling of each test run (None: the tests verifier's own, as in a fork).
         source: Where the solution came from, for the report.
         starter: Also verify the starter files alone (isolated, as a fork would), which must fail.
     """
@@ -238,7 +242,7 @@ async def check_task(task: Task, solution: Mapping[str, str] | None = None, *, s
 
 
 async def check_tasks(tasks: Iterable[Task], solutions: Mapping[str, Mapping[str, str]] | None = None, *,
-                      sandbox: str = "bwrap", timeout_s: float = 120.0, solutions_source: str = "--solutions",
+                      sandbox: str = "bwrap", timeout_s: float | None = None, solutions_source: str = "--solutions",
                       jobs: int = 1, starter: bool = False,
                       on_done: Callable[[TaskCheck], None] | None = None) -> list[TaskCheck]:
     """:func:`check_task` for every task, in the tasks' order.
@@ -248,7 +252,7 @@ async def check_tasks(tasks: Iterable[Task], solutions: Mapping[str, Mapping[str
         solutions: Reference solutions by task id (a solutions file); they take precedence over
             the tasks' own ``solution`` fields.
         sandbox: Sandbox backend.
-        timeout_s: Wall-clock limit of each test run.
+        timeout_s: Ceiling of each test run (None: the tests verifier's own, as in a fork).
         solutions_source: How to name ``solutions`` in the report (the file's path).
         jobs: Tasks checked at once.
         starter: Also verify each task's starter files alone (see :func:`check_task`).
