@@ -90,6 +90,13 @@ DOCKER_OK, DOCKER_WHY = docker_image_status()  # no engine answers: not OK eithe
 LOCAL_CONCURRENCY = 2
 
 
+def _will_run(request):
+    """This module's items in the session that will run: a test marked to skip (the slow ones, unless -m slow asks
+    for them) stays in the session's items, and its case must not be verified for nothing."""
+    return [item for item in request.session.items
+            if item.module is request.module and item.get_closest_marker("skip") is None]
+
+
 async def _verify_batch(sandbox, items, concurrency):
     """Golden reports of ``items`` ((case, expected to pass) pairs) on one sandbox backend, by (case id, expected
     to pass): one pipeline and one event loop for the lot, so the warm trusted runners are reused as in a fork."""
@@ -113,10 +120,9 @@ def local_reports(request):
     """The golden report of every bwrap and none case this session runs, by (sandbox, case id, expected to
     pass)."""
     selected = set()
-    for item in request.session.items:
+    for item in _will_run(request):
         spec = getattr(item, "callspec", None)
-        if spec and item.module is request.module and item.originalname in (
-                "test_correct_solutions_pass", "test_exploit_never_passes"):
+        if spec and item.originalname in ("test_correct_solutions_pass", "test_exploit_never_passes"):
             selected.add((spec.params["sandbox"], spec.params["case"].id,
                           item.originalname == "test_correct_solutions_pass"))
     out = {}
@@ -147,8 +153,8 @@ def docker_reports(request):
     if not DOCKER_OK:
         pytest.skip(f"docker: {DOCKER_WHY}")
     selected = {(item.callspec.params["case"].id, item.originalname == "test_correct_solutions_pass_on_docker")
-                for item in request.session.items
-                if getattr(item, "callspec", None) and item.module is request.module and item.originalname in (
+                for item in _will_run(request)
+                if getattr(item, "callspec", None) and item.originalname in (
                     "test_correct_solutions_pass_on_docker", "test_exploit_never_passes_on_docker")}
     items = [(c, True) for c in DOCKER_CORRECT if (c.id, True) in selected] + [
         (c, False) for c in DOCKER_EXPLOITS if (c.id, False) in selected]
