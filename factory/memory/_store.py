@@ -290,7 +290,6 @@ class DuckDBMemoryBackend:
 
         matrix = space.matrix if matrix is None else matrix
         index = IvfIndex.build(embedder, dim, matrix, space.meta["memory_id"].to_list(), nprobe=self.nprobe)
-        del matrix
         space.matrix, space.index, space.unsaved = None, index, len(index)
         self._save(space, embedder, dim)
         path = self.index_path(embedder, dim)
