@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import warnings
 from dataclasses import replace
 from pathlib import Path
@@ -97,21 +98,38 @@ def _will_run(request):
             if item.module is request.module and item.get_closest_marker("skip") is None]
 
 
-async def _verify_batch(sandbox, items, concurrency):
+async def _verify_batch(sandbox, items, concurrency, request=None):
     """Golden reports of ``items`` ((case, expected to pass) pairs) on one sandbox backend, by (case id, expected
-    to pass): one pipeline and one event loop for the lot, so the warm trusted runners are reused as in a fork."""
+    to pass): one pipeline and one event loop for the lot, so the warm trusted runners are reused as in a fork.
+    With ``request``, one line on the terminal says how long the batch and its slowest cases took (what sets the
+    suite's longest part)."""
     gate = asyncio.Semaphore(concurrency)
     pipeline = VerificationPipeline({"tests": TestsVerifier(reference_sandbox=sandbox)})
+    took = {}
 
     async def one(case, expect_pass):
         async with gate:
             correct, exploits = ([case], []) if expect_pass else ([], [case])
-            return await run_golden("tests", pipeline, correct, exploits, sandbox)
+            started = time.monotonic()
+            try:
+                return await run_golden("tests", pipeline, correct, exploits, sandbox)
+            finally:
+                took[case.id] = time.monotonic() - started
 
+    started = time.monotonic()
     try:
         reports = await asyncio.gather(*[one(c, e) for c, e in items], return_exceptions=True)
     finally:
         await pipeline.aclose()
+    plugins = request.config.pluginmanager if request else None
+    reporter = plugins.get_plugin("terminalreporter") if plugins else None
+    if reporter is not None:
+        slowest = ", ".join(f"{case_id} {seconds:.1f} s" for case_id, seconds in
+                            sorted(took.items(), key=lambda kv: -kv[1])[:3])
+        with plugins.get_plugin("capturemanager").global_and_fixture_disabled():  # past the fixture's capture
+            reporter.write_line(f"golden batch on {sandbox}: {len(items)} cases, {concurrency} at a time, in "
+                                f"{time.monotonic() - started:.1f} s (sum {sum(took.values()):.1f} s); "
+                                f"slowest: {slowest}")
     return {(c.id, e): report for (c, e), report in zip(items, reports, strict=True)}
 
 
@@ -133,7 +151,7 @@ def local_reports(request):
                 (c, False) for s, c in EXPLOIT_CASES if (s, c.id, False) in selected and s == sandbox]
             if not items:
                 continue
-            reports = asyncio.run(_verify_batch(sandbox, items, LOCAL_CONCURRENCY))
+            reports = asyncio.run(_verify_batch(sandbox, items, LOCAL_CONCURRENCY, request))
             out.update({(sandbox, *key): report for key, report in reports.items()})
     return out
 
@@ -159,7 +177,7 @@ def docker_reports(request):
     items = [(c, True) for c in DOCKER_CORRECT if (c.id, True) in selected] + [
         (c, False) for c in DOCKER_EXPLOITS if (c.id, False) in selected]
     try:
-        return asyncio.run(_verify_batch("docker", items, DOCKER_CONCURRENCY))
+        return asyncio.run(_verify_batch("docker", items, DOCKER_CONCURRENCY, request))
     finally:
         drain_docker_pool()
 
