@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -168,11 +169,13 @@ def test_a_runners_sweep_never_walks_a_read_only_bind_under_tmp(tmp_path):
         for name in range(20):
             (venv / f"pkg{folder}" / f"m{name}.py").write_text("")
     zygote = Path(__file__).resolve().parents[2] / "factory" / "verifiers" / "_zygote.py"
+    source = zygote.read_text().split('\nif __name__ == "__main__":')[0]  # its functions, not its serving
+    # The runner's source travels as text and the interpreter is the real one: a checkout or a venv under /tmp
+    # (CI's) is hidden under the sandbox's own /tmp here.
     code = f"""
-import importlib.util, json, os
-spec = importlib.util.spec_from_file_location("zygote", {str(zygote)!r})
-zygote = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(zygote)
+import json, os, types
+zygote = types.ModuleType("__main__")  # as in the sandbox, where the sources it imports precede it
+exec(compile({source!r}, "_zygote.py", "exec"), zygote.__dict__)
 open("/tmp/left-by-a-run.txt", "w").close()
 os.makedirs("/tmp/made/by/a/run")
 os.mkdir("/tmp/deep")
@@ -197,7 +200,7 @@ print(json.dumps({{"left": sorted(real["listdir"]("/tmp")),
 """
     bwrap = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
              "--dir", "/tmp/ci", "--ro-bind", str(venv), "/tmp/ci/venv", "--unshare-pid", "--die-with-parent",
-             sys.executable, "-I", "-c", code]
+             os.path.realpath(sys.executable), "-I", "-c", code]
     result = subprocess.run(bwrap, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
