@@ -75,9 +75,14 @@ class ExportSource:
         self._tasks = tasks
         self.batch_branches = batch_branches
         # One row per slice: ``run_id, first_task, last_task, branches, tasks, most`` (see Store.export_slices).
-        self._slice_rows = (store.export_slices(list(self.runs), batch_branches) if tasks is None else
-                            _slice_rows(tasks, batch_branches))
+        self._slice_rows = self._slice_rows_of(batch_branches)
         self._rankings: dict[str, pl.DataFrame] = {}  # rankings made here, by run: merged into every slice
+
+    def _slice_rows_of(self, size: int | None) -> pl.DataFrame:
+        """The slices of ``size`` branches: from the task list when one is held, else from DuckDB."""
+        if self._tasks is None:
+            return self.store.export_slices(list(self.runs), size)
+        return _slice_rows(self._tasks, size)
 
     @property
     def tasks(self) -> pl.DataFrame:
@@ -146,8 +151,7 @@ class ExportSource:
 
         At most two slices are held: the one yielded and the one being read.
         """
-        rows = self._slice_rows if size == self.batch_branches else (
-            self.store.export_slices(list(self.runs), size) if self._tasks is None else _slice_rows(self._tasks, size))
+        rows = self._slice_rows if size == self.batch_branches else self._slice_rows_of(size)
         bounds = list(rows.select("run_id", "first_task", "last_task").iter_rows())
         if not bounds:
             return
